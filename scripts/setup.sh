@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs everything sceptre needs to build and test on Debian 12. Idempotent and
+# non-interactive: packages already present are not touched, so a second run takes seconds.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  clang-14 libclang-rt-14-dev             # libFuzzer and sanitizer runtimes
+  libasio-dev libcereal-dev               # I/O (asio, with C++20 coroutines); serialization
+  libspdlog-dev libfmt-dev libcli11-dev   # logs; formatting; command lines
+  libssl-dev                              # OpenSSL libcrypto: HMAC for channel authentication
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libzmq3-dev                             # ZeroMQ: the peer the channel benchmark compares with
+  iproute2 util-linux                     # taskset for pinned benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
