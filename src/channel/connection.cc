@@ -132,62 +132,49 @@ bool Connection::write_batch() {
   return !closed_;
 }
 
+// Reads go through asio's async_read_some: asio tries the read at once while the socket has
+// data and otherwise waits for epoll, without re-arming the descriptor each time (one
+// epoll_wait and one read per arrival, which is what a blocking reader pays too).
 void Connection::read_some() {
-  auto self = shared_from_this();  // a handler below may drop the owner's reference
-  // A bounded number of reads per turn, so one busy connection cannot starve the others.
-  for (int round = 0; round < 16; ++round) {
-    if (closed_ || paused_) return;
-    std::span<std::byte> direct = decoder_.direct_target();
-    bool into_part = direct.size() >= kDirectReadMin;
-    std::byte* target = into_part ? direct.data() : read_buffer_.data();
-    std::size_t want = into_part ? direct.size() : read_buffer_.size();
-    ssize_t n = ::read(sd_.native_handle(), target, want);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      fail(Error(Code::kUnavailable, std::string("read failed: ") + std::strerror(errno)));
+  if (closed_ || paused_ || reading_) return;
+  std::span<std::byte> direct = decoder_.direct_target();
+  bool into_part = direct.size() >= kDirectReadMin;
+  asio::mutable_buffer target = into_part ? asio::buffer(direct.data(), direct.size())
+                                          : asio::buffer(read_buffer_);
+  reading_ = true;
+  sd_.async_read_some(target, [self = shared_from_this(), into_part](const asio::error_code& ec,
+                                                                      std::size_t n) {
+    self->reading_ = false;
+    if (self->closed_) return;
+    if (ec) {
+      self->fail(Error(Code::kUnavailable, ec == asio::error::eof
+                                               ? std::string("peer closed the connection")
+                                               : "read failed: " + ec.message()));
       return;
     }
-    if (n == 0) {
-      fail(Error(Code::kUnavailable, "peer closed the connection"));
-      return;
-    }
-    auto got = static_cast<std::size_t>(n);
-    Status status = into_part ? decoder_.commit_direct(got, frames_)
-                              : decoder_.feed(std::span(read_buffer_.data(), got), frames_);
-    if (!frames_.empty()) {
-      handlers_.on_frames(frames_);
-      frames_.clear();
-    }
-    if (!status.ok()) {
-      fail(std::move(status).error().with_context("decoding a frame"));
-      return;
-    }
-    if (got < want) break;  // drained; the wait below re-arms the edge if more arrived
-    if (round == 15) {
-      asio::post(sd_.get_executor(), [self = shared_from_this()] { self->read_some(); });
-      return;
-    }
-  }
-  wait_readable();
+    self->on_read(into_part, n);
+  });
 }
 
-void Connection::wait_readable() {
-  if (closed_ || paused_ || read_waiting_) return;
-  read_waiting_ = true;
-  sd_.async_wait(asio::posix::stream_descriptor::wait_read,
-                 [self = shared_from_this()](const asio::error_code& ec) {
-                   self->read_waiting_ = false;
-                   if (!ec && !self->closed_) self->read_some();
-                 });
+void Connection::on_read(bool into_part, std::size_t n) {
+  Status status = into_part ? decoder_.commit_direct(n, frames_)
+                            : decoder_.feed(std::span(read_buffer_.data(), n), frames_);
+  if (!frames_.empty()) {
+    handlers_.on_frames(frames_);
+    frames_.clear();
+  }
+  if (closed_) return;
+  if (!status.ok()) {
+    fail(std::move(status).error().with_context("decoding a frame"));
+    return;
+  }
+  read_some();
 }
 
 void Connection::resume_reading() {
   if (!paused_) return;
   paused_ = false;
-  asio::post(sd_.get_executor(), [self = shared_from_this()] {
-    if (!self->read_waiting_) self->read_some();
-  });
+  asio::post(sd_.get_executor(), [self = shared_from_this()] { self->read_some(); });
 }
 
 void Connection::fail(Error error) {

@@ -79,7 +79,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_some();
   bool write_batch();
   void read_some();
-  void wait_readable();
+  void on_read(bool into_part, std::size_t n);
   void fail(Error error);
 
   asio::posix::stream_descriptor sd_;
@@ -95,7 +95,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t written_ = 0;  // bytes of writing_ already written
   bool closed_ = false;
   bool paused_ = false;
-  bool read_waiting_ = false;
+  bool reading_ = false;
   bool in_drained_ = false;
 };
 

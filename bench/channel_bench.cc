@@ -1,0 +1,488 @@
+// Channel benchmark: sceptre's unix and tcp channels beside the floor (plain blocking sockets
+// doing the same exchange) and ZeroMQ (PAIR sockets), in one run.
+//
+// For each transport and CPU placement (both processes on one core; on different cores), and
+// for each of --reps repetitions, the three implementations run one after another (interleaved)
+// against a server in a forked child process:
+//   latency     round trips of 64 B, 4 KiB and 1 MiB (p50 and p99 per repetition)
+//   throughput  one-way stream of 64 B messages (messages/s) and 1 MiB messages (GB/s),
+//               timed from the first send to the server's acknowledgement of the last.
+// The table shows medians over repetitions and the ratios sceptre/floor and sceptre/ZeroMQ
+// computed from those same-run medians.
+//
+//   channel_bench [--reps 5] [--quick]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sceptre/channel/rx.h"
+#include "sceptre/channel/tx.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using sceptre::wire::Message;
+using sceptre::wire::Part;
+
+// --- parameters ------------------------------------------------------------------------------
+
+struct Params {
+  int lat_small = 2000;    // round trips for 64 B and 4 KiB
+  int lat_large = 200;     // round trips for 1 MiB
+  int thr_small = 400000;  // 64 B messages streamed
+  int thr_large = 400;     // 1 MiB messages streamed
+};
+Params params;
+
+const std::vector<std::size_t> kLatencySizes = {64, 4096, 1 << 20};
+
+struct Sample {  // one implementation, one repetition
+  std::map<std::size_t, std::pair<double, double>> latency_us;  // size -> (p50, p99)
+  double small_msgs_per_s = 0;
+  double large_gb_per_s = 0;
+};
+
+void pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
+}
+
+std::pair<double, double> percentiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
+}
+
+double us_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+// Runs `server` in a forked child pinned to `server_cpu`; the child reports its address on a
+// pipe. Returns the child's pid and address.
+std::pair<pid_t, std::string> fork_server(int server_cpu,
+                                          const std::function<void(const std::function<void(std::string)>&)>& server) {
+  int fds[2];
+  if (::pipe(fds) != 0) std::abort();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    pin(server_cpu);
+    server([&](std::string addr) {
+      addr += "\n";
+      (void)!::write(fds[1], addr.data(), addr.size());
+    });
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string addr;
+  char c;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') addr += c;
+  ::close(fds[0]);
+  return {pid, addr};
+}
+
+void reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+// --- floor: plain blocking sockets -------------------------------------------------------------
+
+bool read_full(int fd, void* buf, std::size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n) {
+    ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool write_full(int fd, const void* buf, std::size_t n) {
+  const auto* p = static_cast<const char*>(buf);
+  while (n) {
+    ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+int floor_listen(bool tcp, std::string& addr) {
+  int fd;
+  if (tcp) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    socklen_t len = sizeof(sa);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    addr = std::to_string(ntohs(sa.sin_port));
+  } else {
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    addr = "/tmp/sceptre-bench-floor-" + std::to_string(::getpid());
+    ::unlink(addr.c_str());
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr.c_str());
+    ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  }
+  ::listen(fd, 4);
+  return fd;
+}
+
+int floor_connect(bool tcp, const std::string& addr) {
+  int fd;
+  if (tcp) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr)));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) std::abort();
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  } else {
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) std::abort();
+  }
+  return fd;
+}
+
+// Protocol: an 8-byte command {mode, size, count}; mode 0 echoes `count` messages of `size`,
+// mode 1 reads count*size bytes and answers one byte.
+struct FloorCmd {
+  std::uint32_t mode, size, count;
+};
+
+Sample run_floor(bool tcp, int client_cpu, int server_cpu) {
+  auto [pid, addr] = fork_server(server_cpu, [tcp](const auto& report) {
+    std::string a;
+    int lfd = floor_listen(tcp, a);
+    report(a);
+    int fd = ::accept(lfd, nullptr, nullptr);
+    if (tcp) {
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    std::vector<char> buf(1 << 20);
+    FloorCmd cmd;
+    while (read_full(fd, &cmd, sizeof(cmd))) {
+      if (cmd.mode == 0) {
+        for (std::uint32_t i = 0; i < cmd.count; ++i) {
+          if (!read_full(fd, buf.data(), cmd.size) || !write_full(fd, buf.data(), cmd.size)) return;
+        }
+      } else {
+        std::size_t left = std::size_t{cmd.size} * cmd.count;
+        while (left) {
+          ssize_t r = ::read(fd, buf.data(), std::min(left, buf.size()));
+          if (r <= 0) return;
+          left -= static_cast<std::size_t>(r);
+        }
+        char one = 1;
+        write_full(fd, &one, 1);
+      }
+    }
+  });
+  pin(client_cpu);
+  int fd = floor_connect(tcp, addr);
+  Sample s;
+  std::vector<char> buf(1 << 20, 'x');
+  for (std::size_t size : kLatencySizes) {
+    int n = size >= (1 << 20) ? params.lat_large : params.lat_small;
+    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    write_full(fd, &cmd, sizeof(cmd));
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      auto t = Clock::now();
+      write_full(fd, buf.data(), size);
+      read_full(fd, buf.data(), size);
+      us.push_back(us_since(t));
+    }
+    s.latency_us[size] = percentiles(us);
+  }
+  for (auto [size, n] : {std::pair<std::size_t, int>{64, params.thr_small}, {1 << 20, params.thr_large}}) {
+    FloorCmd cmd{1, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    write_full(fd, &cmd, sizeof(cmd));
+    auto t = Clock::now();
+    for (int i = 0; i < n; ++i) write_full(fd, buf.data(), size);  // one system call per message
+    char ack;
+    read_full(fd, &ack, 1);
+    double sec = us_since(t) / 1e6;
+    if (size == 64) s.small_msgs_per_s = n / sec;
+    else s.large_gb_per_s = double(size) * n / sec / 1e9;
+  }
+  ::close(fd);
+  reap(pid);
+  return s;
+}
+
+// --- ZeroMQ: PAIR sockets ------------------------------------------------------------------------
+
+Sample run_zmq(bool tcp, int client_cpu, int server_cpu) {
+  auto [pid, addr] = fork_server(server_cpu, [tcp](const auto& report) {
+    void* ctx = zmq_ctx_new();
+    void* sock = zmq_socket(ctx, ZMQ_PAIR);
+    std::string bind = tcp ? "tcp://127.0.0.1:*" : "ipc:///tmp/sceptre-bench-zmq-" + std::to_string(::getpid());
+    zmq_bind(sock, bind.c_str());
+    char endpoint[256];
+    std::size_t len = sizeof(endpoint);
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    report(endpoint);
+    std::vector<char> buf(1 << 20);
+    FloorCmd cmd;
+    while (zmq_recv(sock, &cmd, sizeof(cmd), 0) == sizeof(cmd)) {
+      if (cmd.mode == 0) {
+        for (std::uint32_t i = 0; i < cmd.count; ++i) {
+          int n = zmq_recv(sock, buf.data(), buf.size(), 0);
+          zmq_send(sock, buf.data(), static_cast<std::size_t>(n), 0);
+        }
+      } else {
+        for (std::uint32_t i = 0; i < cmd.count; ++i) zmq_recv(sock, buf.data(), buf.size(), 0);
+        char one = 1;
+        zmq_send(sock, &one, 1, 0);
+      }
+    }
+  });
+  pin(client_cpu);
+  void* ctx = zmq_ctx_new();
+  void* sock = zmq_socket(ctx, ZMQ_PAIR);
+  zmq_connect(sock, addr.c_str());
+  Sample s;
+  std::vector<char> buf(1 << 20, 'x');
+  for (std::size_t size : kLatencySizes) {
+    int n = size >= (1 << 20) ? params.lat_large : params.lat_small;
+    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    zmq_send(sock, &cmd, sizeof(cmd), 0);
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      auto t = Clock::now();
+      zmq_send(sock, buf.data(), size, 0);
+      zmq_recv(sock, buf.data(), buf.size(), 0);
+      us.push_back(us_since(t));
+    }
+    s.latency_us[size] = percentiles(us);
+  }
+  for (auto [size, n] : {std::pair<std::size_t, int>{64, params.thr_small}, {1 << 20, params.thr_large}}) {
+    FloorCmd cmd{1, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    zmq_send(sock, &cmd, sizeof(cmd), 0);
+    auto t = Clock::now();
+    for (int i = 0; i < n; ++i) zmq_send(sock, buf.data(), size, 0);
+    char ack;
+    zmq_recv(sock, &ack, 1, 0);
+    double sec = us_since(t) / 1e6;
+    if (size == 64) s.small_msgs_per_s = n / sec;
+    else s.large_gb_per_s = double(size) * n / sec / 1e9;
+  }
+  int zero = 0;
+  zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_close(sock);
+  zmq_ctx_term(ctx);
+  reap(pid);
+  return s;
+}
+
+// --- sceptre channels ------------------------------------------------------------------------
+
+// A message of `size` payload bytes: in the body when small, as one zero-copy part when large.
+Message payload_message(std::size_t size, const Part& large) {
+  Message m;
+  if (size >= (64 << 10)) {
+    m.parts.push_back(large);
+  } else {
+    m.body.assign(size, std::byte{'x'});
+  }
+  return m;
+}
+
+Message text_message(const std::string& text) {
+  Message m;
+  auto b = std::as_bytes(std::span(text.data(), text.size()));
+  m.body.assign(b.begin(), b.end());
+  return m;
+}
+
+std::string text_of(const Message& m) {
+  return {reinterpret_cast<const char*>(m.body.data()), m.body.size()};
+}
+
+Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
+  using namespace sceptre::channel;
+  ChannelOptions options;
+  options.secret = "bench-secret";
+  auto [pid, addr] = fork_server(server_cpu, [&](const auto& report) {
+    Context ctx;
+    std::unique_ptr<Tx> back;
+    std::uint64_t expect = 0;  // throughput mode: messages to count before acknowledging
+    auto rx = serve(ctx, *ChannelAddr::parse(tcp ? "tcp:127.0.0.1:0" : "unix:@sceptre-bench-" + std::to_string(::getpid())),
+                    options, [&](Message m) {
+                      if (!back) {  // first message: "reply-address"
+                        back = std::move(*dial(ctx, *ChannelAddr::parse(text_of(m)), options));
+                        return;
+                      }
+                      if (expect == 0 && m.parts.empty() && m.body.size() > 0 && m.body[0] == std::byte{'#'}) {
+                        expect = std::stoull(text_of(m).substr(1));  // "#count" starts a stream
+                        return;
+                      }
+                      if (expect > 0) {
+                        if (--expect == 0) (void)back->send(text_message("done"));
+                        return;
+                      }
+                      (void)back->send(std::move(m));  // echo
+                    });
+    report((*rx)->address().to_string());
+    for (;;) ::pause();
+  });
+  pin(client_cpu);
+  Sample s;
+  {
+    Context ctx;
+    Part large = Part::copy_of(std::string(1 << 20, 'x'));
+    std::mutex mu;
+    std::function<void(Message)> on_reply;
+    auto rx = serve(ctx, *ChannelAddr::parse(tcp ? "tcp:127.0.0.1:0" : "unix:@sceptre-bench-c-" + std::to_string(::getpid())),
+                    options, [&](Message m) {
+                      std::lock_guard lock(mu);  // main thread swaps on_reply between phases
+                      on_reply(std::move(m));
+                    });
+    auto tx = std::move(*dial(ctx, *ChannelAddr::parse(addr), options));
+    (void)tx->send(text_message((*rx)->address().to_string()));
+
+    for (std::size_t size : kLatencySizes) {
+      int n = size >= (1 << 20) ? params.lat_large : params.lat_small;
+      std::vector<double> us;
+      us.reserve(n);
+      std::promise<void> done;
+      Clock::time_point start;
+      std::unique_lock lock(mu);
+      // The next ping leaves from the reply handler, on the I/O thread, as the floor's loop does.
+      on_reply = [&](Message) {
+        us.push_back(us_since(start));
+        if (static_cast<int>(us.size()) == n) {
+          done.set_value();
+          return;
+        }
+        start = Clock::now();
+        (void)tx->send(payload_message(size, large));
+      };
+      lock.unlock();
+      start = Clock::now();
+      (void)tx->send(payload_message(size, large));
+      done.get_future().wait();
+      lock.lock();
+      s.latency_us[size] = percentiles(us);
+    }
+    for (auto [size, n] : {std::pair<std::size_t, int>{64, params.thr_small}, {1 << 20, params.thr_large}}) {
+      std::promise<void> done;
+      {
+        std::lock_guard lock(mu);
+        on_reply = [&](Message) { done.set_value(); };
+      }
+      (void)tx->send(text_message("#" + std::to_string(n)));
+      auto t = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        if (!tx->send(payload_message(size, large), 30s).ok()) std::abort();
+      }
+      done.get_future().wait();
+      double sec = us_since(t) / 1e6;
+      if (size == 64) s.small_msgs_per_s = n / sec;
+      else s.large_gb_per_s = double(size) * n / sec / 1e9;
+    }
+    std::lock_guard lock(mu);
+    on_reply = [](Message) {};
+  }
+  reap(pid);
+  return s;
+}
+
+// --- report --------------------------------------------------------------------------------------
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string human_size(std::size_t n) {
+  if (n >= (1 << 20)) return std::to_string(n >> 20) + " MiB";
+  if (n >= 1024) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sceptre channel benchmark: sceptre vs plain sockets (floor) vs ZeroMQ"};
+  int reps = 5;
+  bool quick = false;
+  app.add_option("--reps", reps, "repetitions (interleaved)");
+  app.add_flag("--quick", quick, "fewer iterations (a smoke run, not for reporting)");
+  std::string only;
+  app.add_option("--only", only, "run one implementation (for profiling)")
+      ->check(CLI::IsMember({"floor", "zeromq", "sceptre"}));
+  CLI11_PARSE(app, argc, argv);
+  if (quick) params = Params{200, 20, 20000, 40};
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) std::fprintf(stderr, "warning: fewer than 2 CPUs\n");
+
+  const char* impls[] = {"floor", "zeromq", "sceptre"};
+  std::printf("channel_bench: %d repetitions, medians over repetitions; ratios from same-run medians\n", reps);
+  std::printf("latency: round trip, p50/p99 in us; throughput: one-way, 64 B in M msg/s, 1 MiB in GB/s\n\n");
+  for (bool tcp : {false, true}) {
+    for (auto [placement, server_cpu] : {std::pair<const char*, int>{"same core (0,0)", 0}, {"cross cores (0,1)", 1}}) {
+      std::map<std::string, std::vector<Sample>> samples;
+      for (int r = 0; r < reps; ++r) {
+        if (only.empty() || only == "floor") samples["floor"].push_back(run_floor(tcp, 0, server_cpu));
+        if (only.empty() || only == "zeromq") samples["zeromq"].push_back(run_zmq(tcp, 0, server_cpu));
+        if (only.empty() || only == "sceptre") samples["sceptre"].push_back(run_sceptre(tcp, 0, server_cpu));
+      }
+      if (!only.empty()) continue;
+      auto med = [&](const char* impl, auto get) {
+        std::vector<double> v;
+        for (const Sample& s : samples[impl]) v.push_back(get(s));
+        return median(v);
+      };
+      std::printf("== %s, %s ==\n", tcp ? "tcp" : "unix", placement);
+      std::printf("%-22s %12s %12s %12s %10s %10s\n", "measure", "floor", "zeromq", "sceptre", "/floor", "/zeromq");
+      auto row = [&](const std::string& name, auto get, int digits) {
+        double f = med("floor", get), z = med("zeromq", get), sc = med("sceptre", get);
+        std::printf("%-22s %12.*f %12.*f %12.*f %9.2fx %9.2fx\n", name.c_str(), digits, f, digits, z,
+                    digits, sc, sc / f, sc / z);
+      };
+      for (std::size_t size : kLatencySizes) {
+        row("rtt p50 " + human_size(size) + " (us)", [size](const Sample& s) { return s.latency_us.at(size).first; }, 1);
+        row("rtt p99 " + human_size(size) + " (us)", [size](const Sample& s) { return s.latency_us.at(size).second; }, 1);
+      }
+      row("64 B (M msg/s)", [](const Sample& s) { return s.small_msgs_per_s / 1e6; }, 3);
+      row("1 MiB (GB/s)", [](const Sample& s) { return s.large_gb_per_s; }, 3);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  (void)impls;
+  return 0;
+}
