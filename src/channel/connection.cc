@@ -10,7 +10,7 @@
 
 namespace sceptre::channel {
 
-Connection::Connection(asio::posix::stream_descriptor sd, wire::FrameLimits limits,
+Connection::Connection(Stream sd, wire::FrameLimits limits,
                        Handlers handlers)
     : sd_(std::move(sd)),
       limits_(limits),
@@ -109,7 +109,7 @@ bool Connection::write_batch() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        sd_.async_wait(asio::posix::stream_descriptor::wait_write,
+        sd_.async_wait(asio::socket_base::wait_write,
                        [self = shared_from_this()](const asio::error_code& ec) {
                          if (!ec && !self->closed_) self->write_some();
                        });

@@ -16,7 +16,7 @@
 
 #include <sys/uio.h>
 
-#include <asio/posix/stream_descriptor.hpp>
+#include "channel/stream.h"
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,7 +39,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::function<void()> on_drained;  // the write queue became empty
   };
 
-  Connection(asio::posix::stream_descriptor sd, wire::FrameLimits limits, Handlers handlers);
+  Connection(Stream sd, wire::FrameLimits limits, Handlers handlers);
   ~Connection();
 
   void start();
@@ -82,7 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_read(bool into_part, std::size_t n);
   void fail(Error error);
 
-  asio::posix::stream_descriptor sd_;
+  Stream sd_;
   wire::FrameLimits limits_;
   Handlers handlers_;
   wire::FrameDecoder decoder_;

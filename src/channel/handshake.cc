@@ -31,7 +31,7 @@ std::string versions_text(std::uint32_t protocol, const std::string& build) {
 }
 
 template <class T>
-asio::awaitable<Result<T>> expect(asio::posix::stream_descriptor& sd, wire::FrameKind kind,
+asio::awaitable<Result<T>> expect(Stream& sd, wire::FrameKind kind,
                                   const std::string& peer_name) {
   auto frame = co_await read_frame(sd, kHandshakeLimits);
   if (!frame) co_return std::move(frame).error();
@@ -52,7 +52,7 @@ asio::awaitable<Result<T>> expect(asio::posix::stream_descriptor& sd, wire::Fram
 
 // Note on the coroutines in this file: GCC 12 can destroy a non-trivial temporary inside a
 // co_await expression twice, so arguments are built in named locals first.
-asio::awaitable<Error> reject(asio::posix::stream_descriptor& sd, const Error& error) {
+asio::awaitable<Error> reject(Stream& sd, const Error& error) {
   wire::Message msg = wire::encode(Reject{error.code(), error.message()});
   co_await write_frame(sd, wire::FrameKind::kReject, 0, msg);
   co_return error;
@@ -95,7 +95,7 @@ bool is_permanent(const Error& error) {
   return error.code() == Code::kUnauthenticated || error.code() == Code::kFailedPrecondition;
 }
 
-asio::awaitable<Result<wire::Frame>> read_frame(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<wire::Frame>> read_frame(Stream& sd,
                                                 const wire::FrameLimits& limits) {
   std::array<std::byte, wire::kFrameHeaderSize> header_bytes;
   auto [ec, n] = co_await asio::async_read(sd, asio::buffer(header_bytes), kNoThrow);
@@ -112,7 +112,7 @@ asio::awaitable<Result<wire::Frame>> read_frame(asio::posix::stream_descriptor& 
   co_return frame;
 }
 
-asio::awaitable<Status> write_frame(asio::posix::stream_descriptor& sd, wire::FrameKind kind,
+asio::awaitable<Status> write_frame(Stream& sd, wire::FrameKind kind,
                                     std::uint64_t seq, const wire::Message& msg) {
   // send(MSG_NOSIGNAL) rather than asio's write(2): a peer that vanished must be an error on
   // this link, never a SIGPIPE for the whole process.
@@ -123,7 +123,7 @@ asio::awaitable<Status> write_frame(asio::posix::stream_descriptor& sd, wire::Fr
     if (n >= 0) {
       at += static_cast<std::size_t>(n);
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      auto [ec] = co_await sd.async_wait(asio::posix::stream_descriptor::wait_write, kNoThrow);
+      auto [ec] = co_await sd.async_wait(asio::socket_base::wait_write, kNoThrow);
       if (ec) co_return Error(Code::kUnavailable, "connection lost during handshake: " + ec.message());
     } else if (errno != EINTR) {
       co_return Error(Code::kUnavailable,
@@ -133,7 +133,7 @@ asio::awaitable<Status> write_frame(asio::posix::stream_descriptor& sd, wire::Fr
   co_return Status();
 }
 
-asio::awaitable<Result<std::uint64_t>> client_handshake(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<std::uint64_t>> client_handshake(Stream& sd,
                                                         const std::string& secret,
                                                         const SessionId& session,
                                                         const std::string& peer_name) {
@@ -175,7 +175,7 @@ asio::awaitable<Result<std::uint64_t>> client_handshake(asio::posix::stream_desc
   co_return welcome->seq;
 }
 
-asio::awaitable<Result<SessionId>> server_handshake(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<SessionId>> server_handshake(Stream& sd,
                                                     const std::string& secret) {
   const std::string peer = "client";
   auto hello = co_await expect<Hello>(sd, wire::FrameKind::kHello, peer);

@@ -16,7 +16,7 @@
 
 #include <array>
 #include <asio/awaitable.hpp>
-#include <asio/posix/stream_descriptor.hpp>
+#include "channel/stream.h"
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -74,15 +74,15 @@ inline constexpr std::string_view kServerLabel = "sceptre-server";
 inline constexpr std::string_view kClientLabel = "sceptre-client";
 
 // Reads / writes one whole frame with asio on a connected descriptor.
-asio::awaitable<Result<wire::Frame>> read_frame(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<wire::Frame>> read_frame(Stream& sd,
                                                 const wire::FrameLimits& limits);
-asio::awaitable<Status> write_frame(asio::posix::stream_descriptor& sd, wire::FrameKind kind,
+asio::awaitable<Status> write_frame(Stream& sd, wire::FrameKind kind,
                                     std::uint64_t seq, const wire::Message& msg);
 
 // Client side. Returns the next sequence number the server expects from `session`.
 // Errors whose code is kUnauthenticated or kFailedPrecondition are permanent (a wrong secret
 // or an incompatible peer does not heal by retrying); others are worth a retry.
-asio::awaitable<Result<std::uint64_t>> client_handshake(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<std::uint64_t>> client_handshake(Stream& sd,
                                                         const std::string& secret,
                                                         const SessionId& session,
                                                         const std::string& peer_name);
@@ -90,7 +90,7 @@ asio::awaitable<Result<std::uint64_t>> client_handshake(asio::posix::stream_desc
 // Server side, up to a verified AUTH: returns the session id the client proved. The caller
 // then sends WELCOME with the session's next sequence number. Rejections are sent to the
 // peer here and returned as errors for the log.
-asio::awaitable<Result<SessionId>> server_handshake(asio::posix::stream_descriptor& sd,
+asio::awaitable<Result<SessionId>> server_handshake(Stream& sd,
                                                     const std::string& secret);
 
 bool is_permanent(const Error& error);

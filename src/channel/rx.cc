@@ -45,8 +45,8 @@ struct Rx::Impl : std::enable_shared_from_this<Rx::Impl> {
 
   // --- I/O thread ---
   void on_accept(int fd);
-  asio::awaitable<void> handshake(std::shared_ptr<asio::posix::stream_descriptor> sd);
-  void attach(const SessionId& id, asio::posix::stream_descriptor sd);
+  asio::awaitable<void> handshake(std::shared_ptr<Stream> sd);
+  void attach(const SessionId& id, Stream sd);
   void on_frames(const SessionId& id, std::vector<wire::Frame>& frames);
   void deliver(wire::Message msg);
   void maybe_ack(Session& s);
@@ -64,7 +64,7 @@ struct Rx::Impl : std::enable_shared_from_this<Rx::Impl> {
   const MessageHandler handler_;
   std::unique_ptr<Listener> listener_;
   std::map<SessionId, std::unique_ptr<Session>> sessions_;
-  std::set<std::shared_ptr<asio::posix::stream_descriptor>> handshaking_;
+  std::set<std::shared_ptr<Stream>> handshaking_;
   bool io_closed_ = false;
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::size_t> rejected_{0};
@@ -83,12 +83,17 @@ void Rx::Impl::on_accept(int fd) {
     ::close(fd);
     return;
   }
-  auto sd = std::make_shared<asio::posix::stream_descriptor>(ctx_.io, fd);
+  auto stream = adopt_stream(ctx_.io, fd);
+  if (!stream) {
+    log().warn("{}: {}", addr_.to_string(), stream.error().to_string());
+    return;
+  }
+  auto sd = std::make_shared<Stream>(std::move(*stream));
   handshaking_.insert(sd);
   asio::co_spawn(ctx_.io, handshake(sd), asio::detached);
 }
 
-asio::awaitable<void> Rx::Impl::handshake(std::shared_ptr<asio::posix::stream_descriptor> sd) {
+asio::awaitable<void> Rx::Impl::handshake(std::shared_ptr<Stream> sd) {
   auto self = shared_from_this();
   asio::steady_timer timer(ctx_.io, options_.handshake_timeout);
   bool timed_out = false;
@@ -126,7 +131,7 @@ asio::awaitable<void> Rx::Impl::handshake(std::shared_ptr<asio::posix::stream_de
   if (welcome_seq) attach(*session, std::move(*sd));
 }
 
-void Rx::Impl::attach(const SessionId& id, asio::posix::stream_descriptor sd) {
+void Rx::Impl::attach(const SessionId& id, Stream sd) {
   Session& s = *sessions_.at(id);
   if (s.conn) drop(s, "superseded by a new connection from the same sender");
   s.unacked_messages = 0;

@@ -53,7 +53,7 @@ struct Tx::Impl : std::enable_shared_from_this<Tx::Impl> {
   void take_incoming();
   void write_more();
   void connect();
-  void on_connected(asio::posix::stream_descriptor sd, std::uint64_t next_expected);
+  void on_connected(Stream sd, std::uint64_t next_expected);
   void on_frames(std::vector<wire::Frame>& frames);
   void on_ack(std::uint64_t next_expected);
   void on_broken(const Error& error);
@@ -120,6 +120,14 @@ Status Tx::Impl::send(wire::Message&& msg, std::optional<std::chrono::millisecon
   ++queued_messages_;
   queued_bytes_ += size;
   ++accepted_;
+  if (ctx_.io.get_executor().running_in_this_thread()) {
+    // On the I/O thread (a reply from a handler): write now if the link is idle, rather
+    // than after a trip through the scheduler. take_incoming() keeps the order of anything
+    // other threads queued before.
+    lock.unlock();
+    take_incoming();
+    return {};
+  }
   bool post = !take_posted_;
   take_posted_ = true;
   lock.unlock();
@@ -183,7 +191,12 @@ void Tx::Impl::connect() {
           co_return;
         }
         prepare_fd(*fd);
-        asio::posix::stream_descriptor sd(self->ctx_.io, *fd);
+        auto stream = adopt_stream(self->ctx_.io, *fd);
+        if (!stream) {
+          self->on_broken(stream.error());
+          co_return;
+        }
+        Stream sd = std::move(*stream);
         asio::steady_timer timer(self->ctx_.io, self->options_.handshake_timeout);
         bool timed_out = false;
         timer.async_wait([&](const asio::error_code& ec) {
@@ -212,7 +225,7 @@ void Tx::Impl::connect() {
       asio::detached);
 }
 
-void Tx::Impl::on_connected(asio::posix::stream_descriptor sd, std::uint64_t next_expected) {
+void Tx::Impl::on_connected(Stream sd, std::uint64_t next_expected) {
   // Whatever the receiver already has was delivered, even if its ack never reached us.
   on_ack(next_expected);
   written_ = 0;
