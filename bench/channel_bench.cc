@@ -460,7 +460,19 @@ int main(int argc, char** argv) {
         if (only.empty() || only == "zeromq") samples["zeromq"].push_back(run_zmq(tcp, 0, server_cpu));
         if (only.empty() || only == "sceptre") samples["sceptre"].push_back(run_sceptre(tcp, 0, server_cpu));
       }
-      if (!only.empty()) continue;
+      if (!only.empty()) {  // profiling runs: just this implementation's medians
+        auto one = [&](auto get) {
+          std::vector<double> v;
+          for (const Sample& s : samples[only]) v.push_back(get(s));
+          return median(v);
+        };
+        std::printf("%s %s %s: rtt p50 64 B %.1f us, 64 B %.3f M msg/s, 1 MiB %.3f GB/s\n",
+                    only.c_str(), tcp ? "tcp" : "unix", placement,
+                    one([](const Sample& s) { return s.latency_us.at(64).first; }),
+                    one([](const Sample& s) { return s.small_msgs_per_s / 1e6; }),
+                    one([](const Sample& s) { return s.large_gb_per_s; }));
+        continue;
+      }
       auto med = [&](const char* impl, auto get) {
         std::vector<double> v;
         for (const Sample& s : samples[impl]) v.push_back(get(s));

@@ -30,7 +30,7 @@ namespace sceptre::channel {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   static constexpr std::size_t kCopyLimit = 16 * 1024;
-  static constexpr std::size_t kReadBuffer = 256 * 1024;
+  static constexpr std::size_t kReadBuffer = 64 * 1024;  // per connection: keep it modest
   static constexpr std::size_t kDirectReadMin = 32 * 1024;
 
   struct Handlers {
