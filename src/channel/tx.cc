@@ -381,7 +381,9 @@ bool Tx::break_connection_for_testing() {
   bool broke = false;
   impl_->ctx_.run_sync([&, impl = impl_.get()] {
     if (impl->conn_ && !impl->conn_->closed()) {
-      impl->conn_->break_for_testing();
+      impl->conn_->break_for_testing();  // the receiver sees the connection die...
+      // ...and so does this side, now rather than when the read notices.
+      impl->on_broken(Error(Code::kUnavailable, "connection broken for testing"));
       broke = true;
     }
   });

@@ -139,7 +139,7 @@ TEST_P(Conformance, FullQueueRefusesThenRecovers) {
   EXPECT_EQ(refused.error().code(), Code::kResourceExhausted);
   // Acknowledgements of what reached the receiver before it paused may still free some room;
   // once they are in, the queue stays full because nobody reads.
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(500ms);
   while ((*tx)->send(numbered(0, sent, 64 << 10)).ok()) ++sent;
   // A waiting send times out while nobody reads...
   auto waited = (*tx)->send(numbered(0, sent, 8), 50ms);
