@@ -4,7 +4,8 @@
 // For each transport and CPU placement (both processes on one core; on different cores), and
 // for each of --reps repetitions, the three implementations run one after another (interleaved)
 // against a server in a forked child process:
-//   latency     round trips of 64 B, 4 KiB and 1 MiB (p50 and p99 per repetition)
+//   latency     round trips of 64 B, 4 KiB and 1 MiB (p50 and p99 per repetition, after
+//               an untimed warm-up of 10 % more round trips)
 //   throughput  one-way stream of 64 B messages (messages/s) and 1 MiB messages (GB/s),
 //               timed from the first send to the server's acknowledgement of the last.
 // The table shows medians over repetitions and the ratios sceptre/floor and sceptre/ZeroMQ
@@ -54,6 +55,11 @@ struct Params {
 Params params;
 
 const std::vector<std::size_t> kLatencySizes = {64, 4096, 1 << 20};
+
+// Untimed round trips before each latency series, for every implementation alike: the first
+// messages of a size pay for first-touch allocations (page faults) in every implementation
+// that does not preallocate, which is a start-up cost, not a steady-state one.
+int warmup(int n) { return std::max(3, n / 10); }
 
 struct Sample {  // one implementation, one repetition
   std::map<std::size_t, std::pair<double, double>> latency_us;  // size -> (p50, p99)
@@ -216,14 +222,14 @@ Sample run_floor(bool tcp, int client_cpu, int server_cpu) {
   std::vector<char> buf(1 << 20, 'x');
   for (std::size_t size : kLatencySizes) {
     int n = size >= (1 << 20) ? params.lat_large : params.lat_small;
-    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n + warmup(n))};
     write_full(fd, &cmd, sizeof(cmd));
     std::vector<double> us;
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n + warmup(n); ++i) {
       auto t = Clock::now();
       write_full(fd, buf.data(), size);
       read_full(fd, buf.data(), size);
-      us.push_back(us_since(t));
+      if (i >= warmup(n)) us.push_back(us_since(t));
     }
     s.latency_us[size] = percentiles(us);
   }
@@ -278,14 +284,14 @@ Sample run_zmq(bool tcp, int client_cpu, int server_cpu) {
   std::vector<char> buf(1 << 20, 'x');
   for (std::size_t size : kLatencySizes) {
     int n = size >= (1 << 20) ? params.lat_large : params.lat_small;
-    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n)};
+    FloorCmd cmd{0, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(n + warmup(n))};
     zmq_send(sock, &cmd, sizeof(cmd), 0);
     std::vector<double> us;
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n + warmup(n); ++i) {
       auto t = Clock::now();
       zmq_send(sock, buf.data(), size, 0);
       zmq_recv(sock, buf.data(), buf.size(), 0);
-      us.push_back(us_since(t));
+      if (i >= warmup(n)) us.push_back(us_since(t));
     }
     s.latency_us[size] = percentiles(us);
   }
@@ -382,8 +388,13 @@ Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
       Clock::time_point start;
       std::unique_lock lock(mu);
       // The next ping leaves from the reply handler, on the I/O thread, as the floor's loop does.
+      int skip = warmup(n);
       on_reply = [&](Message) {
-        us.push_back(us_since(start));
+        if (skip > 0) {
+          --skip;
+        } else {
+          us.push_back(us_since(start));
+        }
         if (static_cast<int>(us.size()) == n) {
           done.set_value();
           return;

@@ -71,6 +71,12 @@ struct Tx::Impl : std::enable_shared_from_this<Tx::Impl> {
   // Shared with callers' threads.
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // Threads blocked in send() waiting for room / in flush(). Senders are woken only once the
+  // queue has drained to kResumeFraction of its bounds (hysteresis): waking one per
+  // acknowledgement would cost a context switch per ack and trickle one message at a time.
+  int room_waiters_ = 0;
+  int flush_waiters_ = 0;
+  static constexpr double kResumeFraction = 0.75;
   std::vector<Pending> incoming_;
   std::size_t queued_messages_ = 0;  // incoming + unacked
   std::size_t queued_bytes_ = 0;
@@ -107,7 +113,9 @@ Status Tx::Impl::send(wire::Message&& msg, std::optional<std::chrono::millisecon
                                      queued_bytes_ + size <= options_.max_queued_bytes);
   };
   if (!failed_ && !has_room() && wait && !ctx_.io.get_executor().running_in_this_thread()) {
+    ++room_waiters_;
     cv_.wait_for(lock, *wait, [&] { return failed_ || has_room(); });
+    --room_waiters_;
   }
   if (failed_) return *failed_;
   if (!has_room()) {
@@ -138,7 +146,9 @@ Status Tx::Impl::send(wire::Message&& msg, std::optional<std::chrono::millisecon
 Status Tx::Impl::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   std::uint64_t target = accepted_;
+  ++flush_waiters_;
   bool done = cv_.wait_for(lock, timeout, [&] { return failed_ || acked_ >= target; });
+  --flush_waiters_;
   if (failed_) return *failed_;
   if (!done) {
     return Error(Code::kDeadlineExceeded,
@@ -269,7 +279,9 @@ void Tx::Impl::on_ack(std::uint64_t next_expected) {
   queued_messages_ -= messages;
   queued_bytes_ -= bytes;
   acked_ += messages;
-  cv_.notify_all();
+  bool drained = queued_messages_ <= options_.max_queued_messages * kResumeFraction &&
+                 queued_bytes_ <= options_.max_queued_bytes * kResumeFraction;
+  if (flush_waiters_ > 0 || (room_waiters_ > 0 && drained)) cv_.notify_all();
 }
 
 void Tx::Impl::on_broken(const Error& error) {
