@@ -30,9 +30,9 @@ std::string versions_text(std::uint32_t protocol, const std::string& build) {
   return "protocol " + std::to_string(protocol) + " (build " + build + ")";
 }
 
-template <class T>
-asio::awaitable<Result<T>> expect(Stream& sd, wire::FrameKind kind,
-                                  const std::string& peer_name) {
+// The next frame, which must be of `kind`; a REJECT becomes the peer's error.
+asio::awaitable<Result<wire::Frame>> expect_frame(Stream& sd, wire::FrameKind kind,
+                                                  const std::string& peer_name) {
   auto frame = co_await read_frame(sd, kHandshakeLimits);
   if (!frame) co_return std::move(frame).error();
   if (frame->kind == wire::FrameKind::kReject) {
@@ -45,8 +45,18 @@ asio::awaitable<Result<T>> expect(Stream& sd, wire::FrameKind kind,
                     peer_name + " broke the handshake (unexpected frame kind " +
                         std::to_string(static_cast<int>(frame->kind)) + ")");
   }
+  co_return frame;
+}
+
+template <class T>
+asio::awaitable<Result<T>> expect(Stream& sd, wire::FrameKind kind, const std::string& peer_name) {
+  auto frame = co_await expect_frame(sd, kind, peer_name);
+  if (!frame) co_return std::move(frame).error();
   auto value = wire::decode<T>(frame->msg);
-  if (!value) co_return Error(Code::kFailedPrecondition, peer_name + " sent a malformed handshake: " + value.error().message());
+  if (!value) {
+    co_return Error(Code::kFailedPrecondition,
+                    peer_name + " sent a malformed handshake: " + value.error().message());
+  }
   co_return std::move(value).value();
 }
 
@@ -162,16 +172,8 @@ asio::awaitable<Result<std::uint64_t>> client_handshake(Stream& sd,
   wire::Message auth_msg = wire::encode(auth);
   CO_RETURN_IF_ERROR(co_await write_frame(sd, wire::FrameKind::kAuth, 0, auth_msg));
 
-  auto welcome = co_await read_frame(sd, kHandshakeLimits);
+  auto welcome = co_await expect_frame(sd, wire::FrameKind::kWelcome, peer_name);
   if (!welcome) co_return std::move(welcome).error();
-  if (welcome->kind == wire::FrameKind::kReject) {
-    auto why = wire::decode<Reject>(welcome->msg);
-    if (!why) co_return Error(Code::kFailedPrecondition, peer_name + " sent an unreadable rejection");
-    co_return Error(why->code, peer_name + " refused the connection: " + why->reason);
-  }
-  if (welcome->kind != wire::FrameKind::kWelcome) {
-    co_return Error(Code::kFailedPrecondition, peer_name + " broke the handshake (no WELCOME)");
-  }
   co_return welcome->seq;
 }
 

@@ -97,12 +97,7 @@ asio::awaitable<void> Rx::Impl::handshake(std::shared_ptr<Stream> sd) {
   auto self = shared_from_this();
   asio::steady_timer timer(ctx_.io, options_.handshake_timeout);
   bool timed_out = false;
-  timer.async_wait([&](const asio::error_code& ec) {
-    if (ec) return;
-    timed_out = true;
-    asio::error_code ignored;
-    sd->cancel(ignored);
-  });
+  cancel_on_expiry(timer, *sd, timed_out);
   auto session = co_await server_handshake(*sd, secret_);
   std::optional<std::uint64_t> welcome_seq;
   if (session && !io_closed_ && !timed_out) {

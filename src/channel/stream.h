@@ -10,6 +10,7 @@
 
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "sceptre/core/result.h"
 
@@ -34,6 +35,19 @@ inline Result<Stream> adopt_stream(asio::io_context& io, int fd) {
     return Error(Code::kInternal, "cannot adopt socket: " + ec.message());
   }
   return stream;
+}
+
+// Bounds an exchange on `socket`: when `timer` expires first, the socket's pending operations
+// are cancelled (they complete with operation_aborted) and `expired` is set, so the caller
+// reports a timeout rather than a cancellation. The caller cancels the timer when done.
+template <class Socket>
+void cancel_on_expiry(asio::steady_timer& timer, Socket& socket, bool& expired) {
+  timer.async_wait([&socket, &expired](const asio::error_code& ec) {
+    if (ec) return;
+    expired = true;
+    asio::error_code ignored;
+    socket.cancel(ignored);
+  });
 }
 
 }  // namespace sceptre::channel

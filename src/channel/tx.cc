@@ -209,12 +209,7 @@ void Tx::Impl::connect() {
         Stream sd = std::move(*stream);
         asio::steady_timer timer(self->ctx_.io, self->options_.handshake_timeout);
         bool timed_out = false;
-        timer.async_wait([&](const asio::error_code& ec) {
-          if (ec) return;
-          timed_out = true;
-          asio::error_code ignored;
-          sd.cancel(ignored);
-        });
+        cancel_on_expiry(timer, sd, timed_out);
         const std::string peer_name = self->addr_.to_string();
         auto next = co_await client_handshake(sd, self->secret_, self->session_, peer_name);
         timer.cancel();

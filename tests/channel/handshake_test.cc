@@ -91,6 +91,16 @@ void fake_server(const ChannelAddr& addr, Script script, std::unique_ptr<Listene
   });
 }
 
+// Dials the fake server and returns the error the Tx fails with.
+Error dial_and_fail(Context& ctx, std::unique_ptr<Listener>& listener) {
+  auto tx = dial(ctx, listener->address(), fast_options());
+  (void)(*tx)->send(numbered(0, 0));  // may already fail: dial connects at once
+  EXPECT_TRUE(eventually([&] { return !(*tx)->status().ok(); }));
+  Error e = (*tx)->status().ok() ? Error() : (*tx)->status().error();
+  ctx.impl().run_sync([&] { listener->close(); });
+  return e;
+}
+
 TEST_P(Handshake, AClientRefusesAnIncompatibleServerNamingBothVersions) {
   std::unique_ptr<Listener> listener;
   fake_server(fresh_addr(GetParam()), [](int fd) {
@@ -102,14 +112,10 @@ TEST_P(Handshake, AClientRefusesAnIncompatibleServerNamingBothVersions) {
     char b;
     ::recv(fd, &b, 1, 0);
   }, listener, ctx_);
-  auto tx = dial(ctx_, listener->address(), fast_options());
-  (void)(*tx)->send(numbered(0, 0));  // may already fail: dial connects at once
-  ASSERT_TRUE(eventually([&] { return !(*tx)->status().ok(); }));
-  Error e = (*tx)->status().error();
+  Error e = dial_and_fail(ctx_, listener);
   EXPECT_EQ(e.code(), Code::kFailedPrecondition);
   EXPECT_NE(e.message().find("protocol 42 (build 0.42.0)"), std::string::npos) << e.message();
   EXPECT_NE(e.message().find("protocol " + std::to_string(kProtocolVersion)), std::string::npos);
-  ctx_.impl().run_sync([&] { listener->close(); });
 }
 
 TEST_P(Handshake, AClientRefusesAnImpostorServer) {
@@ -123,11 +129,7 @@ TEST_P(Handshake, AClientRefusesAnImpostorServer) {
     char b;
     ::recv(fd, &b, 1, 0);
   }, listener, ctx_);
-  auto tx = dial(ctx_, listener->address(), fast_options());
-  (void)(*tx)->send(numbered(0, 0));  // may already fail: dial connects at once
-  ASSERT_TRUE(eventually([&] { return !(*tx)->status().ok(); }));
-  EXPECT_EQ((*tx)->status().error().code(), Code::kUnauthenticated);
-  ctx_.impl().run_sync([&] { listener->close(); });
+  EXPECT_EQ(dial_and_fail(ctx_, listener).code(), Code::kUnauthenticated);
 }
 
 TEST_P(Handshake, AServerThatIsNotSceptreIsAPermanentError) {
@@ -138,12 +140,8 @@ TEST_P(Handshake, AServerThatIsNotSceptreIsAPermanentError) {
     char b;
     ::recv(fd, &b, 1, 0);
   }, listener, ctx_);
-  auto tx = dial(ctx_, listener->address(), fast_options());
-  (void)(*tx)->send(numbered(0, 0));  // may already fail: dial connects at once
-  ASSERT_TRUE(eventually([&] { return !(*tx)->status().ok(); }));
-  EXPECT_NE((*tx)->status().error().message().find("does not speak the sceptre protocol"),
+  EXPECT_NE(dial_and_fail(ctx_, listener).message().find("does not speak the sceptre protocol"),
             std::string::npos);
-  ctx_.impl().run_sync([&] { listener->close(); });
 }
 
 TEST_P(Handshake, ASilentPeerTimesOutTheHandshakeAndIsCounted) {
