@@ -124,7 +124,7 @@ Status Tx::Impl::send(wire::Message&& msg, std::optional<std::chrono::millisecon
                      std::to_string(queued_messages_) + " messages, " +
                      std::to_string(queued_bytes_) + " bytes not yet acknowledged)");
   }
-  incoming_.push_back(Pending{0, std::move(msg), Clock::now()});
+  incoming_.push_back(Pending{0, std::move(msg), {}});
   ++queued_messages_;
   queued_bytes_ += size;
   ++accepted_;
@@ -166,8 +166,12 @@ void Tx::Impl::take_incoming() {
     take_posted_ = false;
   }
   if (state_ == State::kFailed) return;
+  // One clock reading per batch: the delivery deadline counts from when the channel took the
+  // message, microseconds after send() on a healthy I/O thread.
+  Clock::time_point now = Clock::now();
   for (Pending& p : batch) {
     p.seq = next_seq_++;
+    p.sent_at = now;
     unacked_.push_back(std::move(p));
   }
   arm_deadline();

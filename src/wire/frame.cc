@@ -101,6 +101,20 @@ Status FrameDecoder::feed(std::span<const std::byte> bytes, std::vector<Frame>& 
   if (error_) return *error_;
   std::size_t i = 0;
   while (i < bytes.size()) {
+    if (state_ == State::kHeader && staged_ == 0 && bytes.size() - i >= kFrameHeaderSize) {
+      // Fast path: a whole frame without parts lies in the input; take it in one step.
+      auto header = decode_frame_header(
+          std::span<const std::byte, kFrameHeaderSize>(bytes.data() + i, kFrameHeaderSize), limits_);
+      if (!header) return fail(header.error());
+      std::size_t rest = bytes.size() - i - kFrameHeaderSize;
+      if (header->num_parts == 0 && rest >= header->body_size) {
+        const std::byte* body = bytes.data() + i + kFrameHeaderSize;
+        Frame& frame = out.emplace_back(Frame{header->kind, header->seq, {}});
+        frame.msg.body.assign(body, body + header->body_size);
+        i += kFrameHeaderSize + header->body_size;
+        continue;
+      }
+    }
     std::span<std::byte> target;
     switch (state_) {
       case State::kHeader: target = std::span(header_buf_); break;

@@ -23,8 +23,9 @@ struct ChannelOptions {
   std::size_t max_queued_messages = 1 << 16;
   std::size_t max_queued_bytes = std::size_t{256} << 20;
 
-  // Sender: a message not acknowledged this long after send() fails the Tx; every message not
-  // acknowledged is handed back to the sender's undelivered handler.
+  // Sender: a message not acknowledged this long after the channel took it (microseconds
+  // after send()) fails the Tx; every message not acknowledged is handed back to the
+  // sender's undelivered handler.
   std::chrono::milliseconds delivery_timeout{30'000};
   std::chrono::milliseconds connect_timeout{5'000};
   std::chrono::milliseconds handshake_timeout{5'000};
