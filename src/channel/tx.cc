@@ -101,7 +101,8 @@ struct Tx::Impl : std::enable_shared_from_this<Tx::Impl> {
 
 Status Tx::Impl::send(wire::Message&& msg, std::optional<std::chrono::milliseconds> wait) {
   std::size_t size = msg.byte_size();
-  if (size > options_.limits.max_frame_bytes || msg.parts.size() > options_.limits.max_parts) {
+  if (size > options_.limits.max_frame_bytes || msg.parts.size() > options_.limits.max_parts ||
+      msg.body.size() > UINT32_MAX) {
     return Error(Code::kInvalidArgument,
                  "message of " + std::to_string(size) + " bytes in " +
                      std::to_string(msg.parts.size()) + " parts exceeds the frame limits of " +
