@@ -2,8 +2,8 @@
 // doing the same exchange) and ZeroMQ (PAIR sockets), in one run.
 //
 // For each transport and CPU placement (both processes on one core; on different cores), and
-// for each of --reps repetitions, the three implementations run one after another (interleaved)
-// against a server in a forked child process:
+// for each of --reps repetitions, the three implementations run one after another (interleaved),
+// each as a fresh client process against a fresh server process (both forked):
 //   latency     round trips of 64 B, 4 KiB and 1 MiB (p50 and p99 per repetition, after
 //               an untimed warm-up of 10 % more round trips)
 //   throughput  one-way stream of 64 B messages (messages/s) and 1 MiB messages (GB/s),
@@ -432,6 +432,47 @@ Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
   return s;
 }
 
+// Runs one implementation's client in a fresh forked process, so that no state (heap
+// fragmentation, threads, caches of a library) carries over from one implementation to the
+// next. The sample comes back through a pipe.
+Sample in_child(const std::function<Sample()>& client) {
+  struct Flat {
+    double latency[3][2];
+    double small_msgs_per_s, large_gb_per_s;
+  };
+  int fds[2];
+  if (::pipe(fds) != 0) std::abort();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    Sample s = client();
+    Flat flat{};
+    for (std::size_t i = 0; i < kLatencySizes.size(); ++i) {
+      flat.latency[i][0] = s.latency_us.at(kLatencySizes[i]).first;
+      flat.latency[i][1] = s.latency_us.at(kLatencySizes[i]).second;
+    }
+    flat.small_msgs_per_s = s.small_msgs_per_s;
+    flat.large_gb_per_s = s.large_gb_per_s;
+    (void)!::write(fds[1], &flat, sizeof(flat));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  Flat flat{};
+  if (!read_full(fds[0], &flat, sizeof(flat))) {
+    std::fprintf(stderr, "channel_bench: a client process died\n");
+    std::exit(1);
+  }
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  Sample s;
+  for (std::size_t i = 0; i < kLatencySizes.size(); ++i) {
+    s.latency_us[kLatencySizes[i]] = {flat.latency[i][0], flat.latency[i][1]};
+  }
+  s.small_msgs_per_s = flat.small_msgs_per_s;
+  s.large_gb_per_s = flat.large_gb_per_s;
+  return s;
+}
+
 // --- report --------------------------------------------------------------------------------------
 
 double median(std::vector<double> v) {
@@ -467,9 +508,12 @@ int main(int argc, char** argv) {
     for (auto [placement, server_cpu] : {std::pair<const char*, int>{"same core (0,0)", 0}, {"cross cores (0,1)", 1}}) {
       std::map<std::string, std::vector<Sample>> samples;
       for (int r = 0; r < reps; ++r) {
-        if (only.empty() || only == "floor") samples["floor"].push_back(run_floor(tcp, 0, server_cpu));
-        if (only.empty() || only == "zeromq") samples["zeromq"].push_back(run_zmq(tcp, 0, server_cpu));
-        if (only.empty() || only == "sceptre") samples["sceptre"].push_back(run_sceptre(tcp, 0, server_cpu));
+        for (auto [name, run] : {std::pair<const char*, Sample (*)(bool, int, int)>{"floor", run_floor},
+                                 {"zeromq", run_zmq}, {"sceptre", run_sceptre}}) {
+          if (only.empty() || only == name) {
+            samples[name].push_back(in_child([&, run = run] { return run(tcp, 0, server_cpu); }));
+          }
+        }
       }
       if (!only.empty()) {  // profiling runs: just this implementation's medians
         auto one = [&](auto get) {
