@@ -16,12 +16,12 @@
 
 #include <sys/uio.h>
 
-#include "channel/stream.h"
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "channel/stream.h"
 #include "sceptre/core/result.h"
 #include "sceptre/wire/frame.h"
 

@@ -16,11 +16,11 @@
 
 #include <array>
 #include <asio/awaitable.hpp>
-#include "channel/stream.h"
 #include <cstdint>
 #include <functional>
 #include <string>
 
+#include "channel/stream.h"
 #include "sceptre/core/result.h"
 #include "sceptre/wire/archive.h"
 #include "sceptre/wire/frame.h"
