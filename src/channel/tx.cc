@@ -88,6 +88,7 @@ struct Tx::Impl : std::enable_shared_from_this<Tx::Impl> {
 
   // I/O thread only.
   std::deque<Pending> unacked_;
+  std::vector<Pending> spare_;  // an empty vector with capacity, swapped in as incoming_
   std::size_t written_ = 0;  // unacked_[0, written_) are queued on the current connection
   std::uint64_t next_seq_ = 0;
   State state_ = State::kIdle;
@@ -160,7 +161,10 @@ Status Tx::Impl::flush(std::chrono::milliseconds timeout) {
 }
 
 void Tx::Impl::take_incoming() {
+  // The batch's vector goes back to the callers' side afterwards, so its capacity is reused
+  // instead of regrown (and freed on this thread) for every batch.
   std::vector<Pending> batch;
+  batch.swap(spare_);
   {
     std::lock_guard lock(mu_);
     batch.swap(incoming_);
@@ -175,6 +179,8 @@ void Tx::Impl::take_incoming() {
     p.sent_at = now;
     unacked_.push_back(std::move(p));
   }
+  batch.clear();
+  spare_.swap(batch);
   arm_deadline();
   if (state_ == State::kConnected) {
     write_more();
