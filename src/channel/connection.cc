@@ -132,9 +132,10 @@ bool Connection::write_batch() {
   return !closed_;
 }
 
-// Reads go through asio's async_read_some: asio tries the read at once while the socket has
-// data and otherwise waits for epoll, without re-arming the descriptor each time (one
-// epoll_wait and one read per arrival, which is what a blocking reader pays too).
+// Reads go through asio's async_read_some rather than async_wait + read: async_wait re-arms
+// the descriptor in epoll (an epoll_ctl) every time, async_read_some does not. asio still
+// tries one speculative read before waiting, which finds nothing after a short read — one
+// extra system call, but after the handler has run, so off a round trip's critical path.
 void Connection::read_some() {
   if (closed_ || paused_ || reading_) return;
   std::span<std::byte> direct = decoder_.direct_target();

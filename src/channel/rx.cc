@@ -79,7 +79,7 @@ struct Rx::Impl : std::enable_shared_from_this<Rx::Impl> {
 };
 
 void Rx::Impl::on_accept(int fd) {
-  if (io_closed_ || !prepare_fd(fd)) {
+  if (io_closed_) {
     ::close(fd);
     return;
   }

@@ -1,6 +1,5 @@
 #include "channel/socket.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -176,21 +175,6 @@ asio::awaitable<Result<int>> connect_with_timeout(asio::io_context& io, Socket& 
 }
 
 }  // namespace
-
-bool prepare_fd(int fd) {
-  // Unix sockets default to ~200 KiB of buffer: a 1 MiB message then takes five sleep/wake
-  // hand-offs between writer and reader. TCP keeps its autotuning (setting a size disables it).
-  int domain = 0;
-  socklen_t len = sizeof(domain);
-  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX) {
-    int size = 2 << 20;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  }
-  int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return false;
-  return ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0;
-}
 
 asio::awaitable<Result<int>> connect_fd(asio::io_context& io, const ChannelAddr& addr,
                                         std::chrono::milliseconds timeout) {

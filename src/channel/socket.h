@@ -37,7 +37,5 @@ Result<std::unique_ptr<Listener>> listen(asio::io_context& io, const ChannelAddr
 // Connects to a local: listener in this process (synchronous: it only makes a socketpair).
 Result<int> connect_local(const ChannelAddr& addr);
 
-// Makes an fd non-blocking (and close-on-exec); returns false on failure.
-bool prepare_fd(int fd);
 
 }  // namespace sceptre::channel

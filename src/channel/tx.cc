@@ -211,7 +211,6 @@ void Tx::Impl::connect() {
           self->on_broken(fd.error());
           co_return;
         }
-        prepare_fd(*fd);
         auto stream = adopt_stream(self->ctx_.io, *fd);
         if (!stream) {
           self->on_broken(stream.error());
