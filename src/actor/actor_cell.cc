@@ -1,0 +1,337 @@
+#include "actor/actor_cell.h"
+
+#include "actor/proc_impl.h"
+#include "core/log.h"
+
+namespace sceptre::detail {
+namespace {
+
+constexpr int kDrainBatch = 128;  // items per drain before yielding the executor to others
+
+bool terminal(ActorStatus s) { return s == ActorStatus::kStopped || s == ActorStatus::kFailed; }
+
+thread_local ActorCell* tl_cell = nullptr;  // the actor whose handler runs on this thread
+
+}  // namespace
+
+ActorCell* current_cell() { return tl_cell; }
+
+ActorCell::ActorCell(Proc::Impl& proc, ActorId id, std::unique_ptr<Actor> actor,
+                     const EndpointTable& table, bool own_thread, std::shared_ptr<ActorCell> parent)
+    : proc_(proc),
+      id_(std::move(id)),
+      actor_(std::move(actor)),
+      table_(table),
+      own_thread_(own_thread ? std::make_unique<ThreadExecutor>(&proc.self, id_.name) : nullptr),
+      executor_(own_thread_ ? static_cast<Executor*>(own_thread_.get()) : &proc.io_executor),
+      parent_(parent) {
+  actor_->cell_ = this;
+}
+
+ActorCell::~ActorCell() = default;
+
+Proc& ActorCell::proc() const { return proc_.self; }
+
+ActorStatus ActorCell::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+std::string ActorCell::reason() const {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+void ActorCell::enqueue(Item item) {
+  std::unique_lock lock(mu_);
+  if (terminal(status_)) {
+    ActorStatus s = status_;
+    std::string why = reason_;
+    lock.unlock();
+    reject(item, s, why);
+    return;
+  }
+  queue_.push_back(std::move(item));
+  schedule_locked();
+}
+
+void ActorCell::schedule_locked() {
+  if (scheduled_ || busy_) return;
+  scheduled_ = true;
+  executor_->post([self = shared_from_this()] { self->drain(); });
+}
+
+void ActorCell::add_child(std::shared_ptr<ActorCell> child) {
+  std::lock_guard lock(mu_);
+  children_.push_back(std::move(child));
+}
+
+Future<void> ActorCell::request_stop() {
+  enqueue(StopItem{});
+  return Future<void>(stopped_);
+}
+
+void ActorCell::drain() {
+  ActorCell* previous = tl_cell;
+  tl_cell = this;
+  for (int n = 0; n < kDrainBatch; ++n) {
+    Item item;
+    {
+      std::lock_guard lock(mu_);
+      if (busy_ || queue_.empty() || terminal(status_)) {
+        scheduled_ = false;
+        tl_cell = previous;
+        return;
+      }
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    handle(item);
+  }
+  tl_cell = previous;
+  executor_->post([self = shared_from_this()] { self->drain(); });  // scheduled_ stays true
+}
+
+void ActorCell::handle(Item& item) {
+  if (std::holds_alternative<StartItem>(item)) {
+    {
+      std::lock_guard lock(mu_);
+      status_ = ActorStatus::kRunning;
+    }
+    try {
+      actor_->on_start();
+    } catch (const std::exception& e) {
+      fail(SupervisionEvent{id_, "on_start", exception_type_name(e), e.what(), {}});
+    }
+  } else if (auto* call = std::get_if<CallItem>(&item)) {
+    handle_call(*call);
+  } else if (std::holds_alternative<StopItem>(item)) {
+    begin_stop();
+  } else if (auto* child = std::get_if<ChildItem>(&item)) {
+    handle_child(*child);
+  } else if (auto* bounce = std::get_if<BounceItem>(&item)) {
+    try {
+      actor_->undeliverable(bounce->what);
+    } catch (const std::exception& e) {
+      fail(SupervisionEvent{id_, "undeliverable", exception_type_name(e), e.what(), {}});
+    }
+  }
+}
+
+void ActorCell::handle_call(CallItem& call) {
+  const CallHeader& h = call.header;
+  if (status() != ActorStatus::kRunning) {
+    reject_call(h, ActorStatus::kStopping, "");
+    return;
+  }
+  auto endpoint = table_.endpoints.find(h.endpoint);
+  if (endpoint == table_.endpoints.end()) {
+    std::string known;
+    for (const auto& [name, _] : table_.endpoints) known += (known.empty() ? "" : ", ") + name;
+    proc_.call_failed(h, CallFailure::call(
+                                     Error(Code::kNotFound, "actor " + id_.to_string() + " (" +
+                                                                table_.type_name + ") has no endpoint '" +
+                                                                h.endpoint + "'; it has: " + known)));
+    return;
+  }
+  Invocation invocation;
+  try {
+    invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts);
+  } catch (const BadArguments& e) {
+    Error error = e.error();
+    proc_.call_failed(h, CallFailure::call(
+                                     std::move(error).with_context("call to " + id_.to_string())));
+    return;
+  } catch (const std::exception& e) {
+    endpoint_threw(h, exception_type_name(e), e.what());
+    return;
+  } catch (...) {
+    endpoint_threw(h, "unknown exception", "an exception not derived from std::exception");
+    return;
+  }
+  if (auto* reply = std::get_if<wire::Message>(&invocation)) {
+    if (h.reply) proc_.send_to_port(*h.reply, true, std::move(*reply));
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    busy_ = true;
+  }
+  std::get<Task<wire::Message>>(std::move(invocation))
+      .start_detached([self = shared_from_this(), header = h](std::function<wire::Message()> outcome) {
+        self->call_done(header, outcome);
+        std::lock_guard lock(self->mu_);
+        self->busy_ = false;
+        if (terminal(self->status_)) {
+          self->executor_->post([self] { self->finalize(); });
+        } else if (!self->queue_.empty()) {
+          self->schedule_locked();
+        }
+      });
+}
+
+void ActorCell::call_done(const CallHeader& header, const std::function<wire::Message()>& outcome) {
+  ActorCell* previous = tl_cell;
+  tl_cell = this;
+  try {
+    wire::Message reply = outcome();
+    if (header.reply) proc_.send_to_port(*header.reply, true, std::move(reply));
+  } catch (const std::exception& e) {
+    endpoint_threw(header, exception_type_name(e), e.what());
+  } catch (...) {
+    endpoint_threw(header, "unknown exception", "an exception not derived from std::exception");
+  }
+  tl_cell = previous;
+}
+
+void ActorCell::endpoint_threw(const CallHeader& header, std::string type, std::string what) {
+  if (header.reply) {
+    // Someone waits: the exception is theirs, and the actor lives on.
+    CallFailure f{CallFailure::kRemote, Error(Code::kUnknown, what), type, what, id_.to_string(),
+                  header.endpoint};
+    proc_.send_to_port(*header.reply, false, wire::encode(f));
+    return;
+  }
+  fail(SupervisionEvent{id_, header.endpoint, std::move(type), std::move(what), {}});
+}
+
+void ActorCell::begin_stop() {
+  bool last;
+  std::vector<std::shared_ptr<ActorCell>> children;
+  {
+    std::lock_guard lock(mu_);
+    if (status_ == ActorStatus::kStopping) return;  // already on its way
+    status_ = ActorStatus::kStopping;
+    children = children_;
+    last = children_.empty();
+  }
+  for (auto& child : children) (void)child->request_stop();
+  if (last) terminate(ActorStatus::kStopped, std::nullopt, "stopped");
+}
+
+void ActorCell::handle_child(ChildItem& item) {
+  bool stopping_done;
+  ActorStatus now;
+  {
+    std::lock_guard lock(mu_);
+    std::erase(children_, item.child);
+    now = status_;
+    stopping_done = status_ == ActorStatus::kStopping && children_.empty();
+  }
+  if (item.failure && now == ActorStatus::kRunning) {
+    const SupervisionEvent& event = *item.failure;
+    bool handled = false;
+    std::string why;
+    try {
+      handled = actor_->supervise(event);
+    } catch (const std::exception& e) {
+      why = " (supervise() threw " + exception_type_name(e) + ": " + e.what() + ")";
+    }
+    if (!handled) {
+      // Passed up: the event keeps naming the actor that failed first; this actor fails with it.
+      SupervisionEvent up = event;
+      up.via.push_back(id_);
+      terminate(ActorStatus::kFailed, std::move(up),
+                "child " + event.actor.to_string() + " failed and was not handled" + why + ": " +
+                    event.message);
+      return;
+    }
+  }
+  if (stopping_done) terminate(ActorStatus::kStopped, std::nullopt, "stopped");
+}
+
+void ActorCell::fail(SupervisionEvent event) {
+  std::string reason = (event.endpoint.empty() ? std::string() : "endpoint '" + event.endpoint + "' threw ") +
+                       (event.exception_type.empty() ? "" : event.exception_type + ": ") + event.message;
+  terminate(ActorStatus::kFailed, std::move(event), std::move(reason));
+}
+
+void ActorCell::terminate(ActorStatus final_status, std::optional<SupervisionEvent> failure,
+                          std::string reason) {
+  std::deque<Item> queued;
+  std::vector<std::shared_ptr<ActorCell>> children;
+  {
+    std::lock_guard lock(mu_);
+    if (terminal(status_)) return;
+    status_ = final_status;
+    reason_ = reason;
+    queued.swap(queue_);
+    children = children_;
+  }
+  if (final_status == ActorStatus::kFailed) {
+    log().warn("actor {} failed: {}", id_.to_string(), reason);
+  }
+  for (auto& item : queued) reject(item, final_status, reason);
+  for (auto& child : children) (void)child->request_stop();
+  finalize();
+  stopped_->set_value(Unit{});
+  notify_parent(std::move(failure));
+}
+
+void ActorCell::force_stop() {
+  std::deque<Item> queued;
+  std::vector<std::shared_ptr<ActorCell>> children;
+  {
+    std::lock_guard lock(mu_);
+    if (terminal(status_)) return;
+    status_ = ActorStatus::kStopped;
+    reason_ = "stopped by force (the graceful stop timed out)";
+    queued.swap(queue_);
+    children = children_;
+  }
+  log().warn("actor {}: graceful stop timed out, stopped by force", id_.to_string());
+  for (auto& item : queued) reject(item, ActorStatus::kStopped, reason_);
+  for (auto& child : children) child->force_stop();
+  // cleanup() and the actor's destruction wait for the handler that may still be running.
+  executor_->post([self = shared_from_this()] { self->finalize(); });
+  stopped_->set_value(Unit{});
+  notify_parent(std::nullopt);
+}
+
+void ActorCell::finalize() {
+  std::unique_ptr<Actor> actor;
+  {
+    std::lock_guard lock(mu_);
+    if (finalized_ || busy_) return;
+    finalized_ = true;
+    actor = std::move(actor_);
+  }
+  ActorCell* previous = tl_cell;
+  tl_cell = this;
+  try {
+    actor->cleanup();
+  } catch (const std::exception& e) {
+    log().error("cleanup() of actor {} threw {}: {}", id_.to_string(), exception_type_name(e), e.what());
+  }
+  actor.reset();
+  tl_cell = previous;
+}
+
+void ActorCell::notify_parent(std::optional<SupervisionEvent> failure) {
+  if (auto parent = parent_.lock()) {
+    parent->enqueue(ChildItem{shared_from_this(), std::move(failure)});
+  } else if (failure) {
+    proc_.root_failed(*failure);
+  }
+}
+
+void ActorCell::reject(Item& item, ActorStatus status, const std::string& reason) {
+  if (auto* call = std::get_if<CallItem>(&item)) {
+    reject_call(call->header, status, reason);
+  } else if (auto* bounce = std::get_if<BounceItem>(&item)) {
+    log().warn("actor {} is {}; dropping an undeliverable notice: {}", id_.to_string(),
+               status_name(status), bounce->what.error.to_string());
+  }
+}
+
+void ActorCell::reject_call(const CallHeader& header, ActorStatus status, const std::string& reason) {
+  std::string text = "actor " + id_.to_string() + " is " + std::string(status_name(status)) +
+                     (reason.empty() ? "" : " (" + reason + ")") + ": call to '" + header.endpoint +
+                     "' not handled";
+  proc_.call_failed(header, CallFailure::supervision(
+                                        Error(status == ActorStatus::kFailed ? Code::kAborted
+                                                                              : Code::kUnavailable,
+                                              std::move(text))));
+}
+
+}  // namespace sceptre::detail

@@ -1,0 +1,109 @@
+// ActorCell: the runtime's side of one actor — its mailbox, status, children and executor.
+// The proc holds every cell (also after the actor has stopped, so late messages get a precise
+// "stopped"/"failed" answer instead of "no such actor").
+//
+// Mailbox: items are queued from any thread and handled on the actor's executor one at a
+// time, in queue order (so per-sender FIFO). While an endpoint's Task is in flight the
+// mailbox is "busy" and nothing else is handled.
+//
+// Threads: enqueue(), request_stop(), force_stop(), status() from any thread; everything
+// else runs on the actor's executor.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "actor/envelope.h"
+#include "actor/executors.h"
+#include "sceptre/actor/actor.h"
+#include "sceptre/actor/endpoint.h"
+#include "sceptre/actor/future.h"
+#include "sceptre/actor/proc.h"
+
+namespace sceptre::detail {
+
+class ActorCell;
+// The actor whose handler runs on this thread, if any (the sender of calls made from it).
+ActorCell* current_cell();
+
+struct StartItem {};
+struct StopItem {};
+struct CallItem {
+  CallHeader header;
+  wire::Message msg;
+  std::size_t offset = 0;
+};
+// A child reached a terminal status; `failure` when it failed.
+struct ChildItem {
+  std::shared_ptr<ActorCell> child;
+  std::optional<SupervisionEvent> failure;
+};
+struct BounceItem {
+  Undeliverable what;
+};
+using Item = std::variant<StartItem, CallItem, StopItem, ChildItem, BounceItem>;
+
+class ActorCell : public std::enable_shared_from_this<ActorCell> {
+ public:
+  ActorCell(Proc::Impl& proc, ActorId id, std::unique_ptr<Actor> actor, const EndpointTable& table,
+            bool own_thread, std::shared_ptr<ActorCell> parent);
+  ~ActorCell();
+
+  const ActorId& id() const { return id_; }
+  Proc& proc() const;
+  Executor* executor() const { return executor_; }
+  ActorStatus status() const;
+  // Why it stopped or failed (empty while alive).
+  std::string reason() const;
+
+  void enqueue(Item item);
+  void add_child(std::shared_ptr<ActorCell> child);
+  // Asks for a graceful stop; the Future completes once the actor is stopped or failed.
+  Future<void> request_stop();
+  // Stops at once: queued messages fail, nothing more is handled; cleanup() runs when a
+  // handler that is still running returns.
+  void force_stop();
+
+ private:
+  void schedule_locked();
+  void drain();
+  void handle(Item& item);
+  void handle_call(CallItem& call);
+  void handle_child(ChildItem& item);
+  void begin_stop();
+  void call_done(const CallHeader& header, const std::function<wire::Message()>& outcome);
+  void endpoint_threw(const CallHeader& header, std::string type, std::string what);
+  void fail(SupervisionEvent event);
+  // Moves to a terminal status: rejects what is queued, stops children, finalizes, tells the
+  // parent (or the proc, for a top-level actor).
+  void terminate(ActorStatus final_status, std::optional<SupervisionEvent> failure, std::string reason);
+  // Runs cleanup() and destroys the actor, once, when no handler is running. Executor only.
+  void finalize();
+  void reject(Item& item, ActorStatus status, const std::string& reason);
+  void reject_call(const CallHeader& header, ActorStatus status, const std::string& reason);
+  void notify_parent(std::optional<SupervisionEvent> failure);
+
+  Proc::Impl& proc_;
+  const ActorId id_;
+  std::unique_ptr<Actor> actor_;  // destroyed by finalize()
+  const EndpointTable& table_;
+  std::unique_ptr<ThreadExecutor> own_thread_;  // when the actor asked for one
+  Executor* executor_;
+  std::weak_ptr<ActorCell> parent_;  // the parent holds its children, not the other way round
+  std::shared_ptr<FutureState<void>> stopped_ = std::make_shared<FutureState<void>>();
+
+  mutable std::mutex mu_;
+  std::deque<Item> queue_;
+  bool scheduled_ = false;  // a drain is posted or running
+  bool busy_ = false;       // an endpoint's Task is in flight
+  bool finalized_ = false;
+  ActorStatus status_ = ActorStatus::kCreated;
+  std::string reason_;
+  std::vector<std::shared_ptr<ActorCell>> children_;  // live ones
+};
+
+}  // namespace sceptre::detail

@@ -1,0 +1,81 @@
+// Envelope: how actor-layer messages look inside a channel message's body. The body starts with
+// a Kind byte and the kind's header; the payload (a call's arguments, a port's value, a
+// spawn's constructor arguments) follows in the same body, its parts among the message's parts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "sceptre/actor/actor.h"
+#include "sceptre/core/ids.h"
+#include "sceptre/wire/codec.h"
+
+namespace sceptre::detail {
+
+enum class Kind : std::uint8_t { kCall = 1, kPort = 2, kSpawn = 3, kBounce = 4 };
+
+struct CallHeader {
+  ActorId to;
+  std::string endpoint;
+  std::optional<PortId> reply;
+  ProcId from;                    // the sending proc, and in it
+  std::optional<ActorId> sender;  // the sending actor: told when the call cannot be handled
+  SCEPTRE_FIELDS(to, endpoint, reply, from, sender)
+};
+
+struct PortHeader {
+  PortId to;
+  bool ok = false;  // a value follows; else a CallFailure
+  SCEPTRE_FIELDS(to, ok)
+};
+
+struct SpawnHeader {
+  std::string key;  // FactoryRegistration key: actor type and constructor argument types
+  std::string name;
+  PortId reply;
+  SCEPTRE_FIELDS(key, name, reply)
+};
+
+// An undeliverable message handed back to the proc (and actor, if one) that sent it.
+struct BounceHeader {
+  std::optional<ActorId> to;
+  Undeliverable what;
+  SCEPTRE_FIELDS(to, what)
+};
+
+// Why a reply is not a value: what delivery_error() turns into an exception.
+struct CallFailure {
+  enum Kind : std::uint8_t { kRemote = 0, kCall = 1, kSupervision = 2 };
+  std::uint8_t kind = kCall;
+  Error error;
+  // kRemote: the endpoint's exception.
+  std::string exception_type, message, actor, endpoint;
+  SCEPTRE_FIELDS(kind, error, exception_type, message, actor, endpoint)
+
+  static CallFailure call(Error e) { return make(kCall, std::move(e)); }
+  static CallFailure supervision(Error e) { return make(kSupervision, std::move(e)); }
+  static CallFailure make(std::uint8_t kind, Error e) {
+    CallFailure f;
+    f.kind = kind;
+    f.error = std::move(e);
+    return f;
+  }
+};
+
+using Header = std::variant<CallHeader, PortHeader, SpawnHeader, BounceHeader>;
+
+struct Parsed {
+  Header header;
+  std::size_t offset = 0;  // where the payload starts in the body
+};
+
+// Reads the kind and header; kDataLoss when the body does not start with a valid one.
+Result<Parsed> parse_envelope(const wire::Message& msg);
+
+template <class H>
+wire::Message begin_envelope(Kind kind, const H& header) {
+  return wire::encode(kind, header);
+}
+
+}  // namespace sceptre::detail

@@ -1,0 +1,94 @@
+// Proc::Impl: routing, ports, channels and the table of actors of one proc.
+//
+// Every actor-layer message, local or remote, goes through on_message(): local sends call it
+// directly on the sender's thread, the proc's Rx calls it on the I/O thread. Sends to other
+// procs go through one channel Tx per destination proc, dialled on first use.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "actor/envelope.h"
+#include "actor/executors.h"
+#include "channel/context_impl.h"
+#include "sceptre/actor/proc.h"
+#include "sceptre/channel/rx.h"
+#include "sceptre/channel/tx.h"
+
+namespace sceptre {
+
+namespace detail {
+class ActorCell;
+}
+
+struct Proc::Impl {
+  Impl(Proc& self, ProcOptions options);
+
+  // Routes `msg` (an envelope) to the proc `to`; failures reach the sender, never silence.
+  void route(const ProcId& to, wire::Message&& msg);
+  // A message for this proc: parse the envelope and deliver it. Any thread.
+  void on_message(wire::Message&& msg);
+
+  // A value (ok) or a CallFailure, already encoded in `payload`, to a port anywhere.
+  void send_to_port(const PortId& to, bool ok, wire::Message&& payload);
+  void fail_port(const PortId& to, detail::CallFailure failure);
+  // A call that cannot be handled: fails its reply port, or hands it back to its sender.
+  void call_failed(const detail::CallHeader& call, detail::CallFailure failure);
+
+  PortId open_port(detail::PortSink sink, bool once);
+  void close_port(std::uint64_t index);
+
+  // A top-level actor failed: the proc's supervision handler.
+  void root_failed(const SupervisionEvent& event);
+  std::shared_ptr<detail::ActorCell> find_actor(const ActorId& id) const;
+
+  ActorId adopt(std::unique_ptr<Actor> actor, const detail::EndpointTable& table, bool own_thread,
+                std::string name, detail::ActorCell* parent);
+  void shutdown();
+
+  Proc& self;
+  const ProcOptions options;
+  channel::Context ctx;  // the I/O thread; declared first so that it is destroyed last
+  detail::IoExecutor io_executor{ctx.impl().io};
+  ProcId id;
+
+ private:
+  void deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset);
+  void deliver_port(const detail::PortHeader& header, wire::Message&& msg, std::size_t offset);
+  void deliver_spawn(const detail::SpawnHeader& header, wire::Message&& msg, std::size_t offset);
+  void deliver_bounce(detail::BounceHeader&& header);
+  void send_remote(const ProcId& to, wire::Message&& msg);
+  std::shared_ptr<channel::Tx> tx_for(const ProcId& to, Error& error);
+  // A message this proc could not send: fail what waits for it, tell who sent it.
+  void undeliverable(wire::Message&& msg, const Error& error);
+  void report_undeliverable(const Undeliverable& what);
+
+  std::unique_ptr<channel::Rx> rx_;
+
+  mutable std::mutex actors_mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<detail::ActorCell>> actors_;
+  std::uint64_t next_actor_ = 0;
+
+  struct Port {
+    detail::PortSink sink;
+    bool once = false;
+  };
+  std::mutex ports_mu_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Port>> ports_;
+  std::uint64_t next_port_ = 0;
+
+  std::mutex tx_mu_;
+  std::unordered_map<std::string, std::shared_ptr<channel::Tx>> txs_;
+
+  std::mutex handlers_mu_;
+  std::function<void(const SupervisionEvent&)> on_supervision_;
+  std::function<void(const Undeliverable&)> on_undeliverable_;
+  friend class Proc;
+
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace sceptre
