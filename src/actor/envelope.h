@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "sceptre/actor/actor.h"
+#include "sceptre/actor/errors.h"
 #include "sceptre/core/ids.h"
 #include "sceptre/wire/codec.h"
 
@@ -44,24 +45,8 @@ struct BounceHeader {
   SCEPTRE_FIELDS(to, what)
 };
 
-// Why a reply is not a value: what delivery_error() turns into an exception.
-struct CallFailure {
-  enum Kind : std::uint8_t { kRemote = 0, kCall = 1, kSupervision = 2 };
-  std::uint8_t kind = kCall;
-  Error error;
-  // kRemote: the endpoint's exception.
-  std::string exception_type, message, actor, endpoint;
-  SCEPTRE_FIELDS(kind, error, exception_type, message, actor, endpoint)
-
-  static CallFailure call(Error e) { return make(kCall, std::move(e)); }
-  static CallFailure supervision(Error e) { return make(kSupervision, std::move(e)); }
-  static CallFailure make(std::uint8_t kind, Error e) {
-    CallFailure f;
-    f.kind = kind;
-    f.error = std::move(e);
-    return f;
-  }
-};
+// Why a reply is not a value: see Failure.
+using CallFailure = ::sceptre::Failure;
 
 using Header = std::variant<CallHeader, PortHeader, SpawnHeader, BounceHeader>;
 

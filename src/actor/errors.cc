@@ -19,6 +19,14 @@ RemoteError::RemoteError(std::string exception_type, std::string message, std::s
       actor_(std::move(actor)),
       endpoint_(std::move(endpoint)) {}
 
+void Failure::raise() const {
+  switch (kind) {
+    case kRemote: throw RemoteError(exception_type, message, actor, endpoint);
+    case kSupervision: throw SupervisionError(error);
+    default: throw CallError(error);
+  }
+}
+
 std::string exception_type_name(const std::exception& e) {
   const char* mangled = typeid(e).name();
   int status = 0;

@@ -209,7 +209,10 @@ void Proc::Impl::undeliverable(wire::Message&& msg, const Error& error) {
                                                                               "' undeliverable: " +
                                                                               error.to_string())));
   } else if (auto* port = std::get_if<detail::PortHeader>(&parsed->header)) {
-    log().warn("proc {}: a message for port {} could not be delivered: {}", id.addr,
+    // At shutdown, close() hands back whatever is not yet acknowledged, which is mostly what
+    // the peer did receive: not worth a warning.
+    auto level = shut_down_ && error.code() == Code::kCancelled ? spdlog::level::debug : spdlog::level::warn;
+    log().log(level, "proc {}: a message for port {} could not be delivered: {}", id.addr,
                port->to.to_string(), error.to_string());
   } else {
     log().warn("proc {}: an undeliverable notice could not be delivered: {}", id.addr, error.to_string());
@@ -425,18 +428,10 @@ wire::Message begin_port_message(const PortId& to, bool ok) {
 
 void send_to_port(const PortId& to, wire::Message&& msg) { Proc::current().impl().route(to.proc, std::move(msg)); }
 
-std::exception_ptr delivery_error(const PortDelivery& d) {
-  auto failure = delivery_value<CallFailure>(d);
-  if (!failure) return std::make_exception_ptr(CallError(std::move(failure).error()));
-  CallFailure& f = *failure;
-  switch (f.kind) {
-    case CallFailure::kRemote:
-      return std::make_exception_ptr(RemoteError(f.exception_type, f.message, f.actor, f.endpoint));
-    case CallFailure::kSupervision:
-      return std::make_exception_ptr(SupervisionError(std::move(f.error)));
-    default:
-      return std::make_exception_ptr(CallError(std::move(f.error)));
-  }
+Failure delivery_failure(const PortDelivery& d) {
+  auto failure = delivery_value<Failure>(d);
+  if (!failure) return Failure::call(std::move(failure).error());
+  return std::move(*failure);
 }
 
 [[noreturn]] void throw_timeout(std::chrono::nanoseconds timeout) {

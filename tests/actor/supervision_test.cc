@@ -31,10 +31,11 @@ class SupervisionTest : public ::testing::Test {
   }
   std::string unique(const std::string& base) { return base + std::to_string(counter++); }
 
-  Proc proc{test_options()};
-  ProcScope scope{proc};
+  // Declared before the proc: its shutdown may still report to them.
   std::mutex mu;
   std::vector<SupervisionEvent> roots;
+  Proc proc{test_options()};
+  ProcScope scope{proc};
   static inline std::atomic<int> counter{0};
 };
 

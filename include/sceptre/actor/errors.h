@@ -58,6 +58,32 @@ class TimeoutError : public Exception {
   using Exception::Exception;
 };
 
+// Why a call or port failed, as data: it crosses threads and processes, and the thread that
+// takes it from a Future makes the exception (raise()).
+struct Failure {
+  enum Kind : std::uint8_t { kRemote = 0, kCall = 1, kSupervision = 2 };
+  std::uint8_t kind = kCall;
+  Error error;
+  // kRemote: the endpoint's exception, and where it was thrown.
+  std::string exception_type, message, actor, endpoint;
+
+  static Failure call(Error e) { return make(kCall, std::move(e)); }
+  static Failure supervision(Error e) { return make(kSupervision, std::move(e)); }
+  static Failure make(std::uint8_t kind, Error e) {
+    Failure f;
+    f.kind = kind;
+    f.error = std::move(e);
+    return f;
+  }
+  // Throws RemoteError, SupervisionError or CallError.
+  [[noreturn]] void raise() const;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(kind, error, exception_type, message, actor, endpoint);
+  }
+};
+
 // The demangled dynamic type of an exception, for RemoteError and supervision events.
 std::string exception_type_name(const std::exception& e);
 

@@ -95,9 +95,14 @@ class FutureState : public FutureStateBase {
   bool set_exception(std::exception_ptr e) {
     return complete([&] { error_ = std::move(e); });
   }
+  // Failures from the runtime travel as data, so no exception object is shared across threads.
+  bool set_failure(Failure f) {
+    return complete([&] { failure_ = std::move(f); });
+  }
   // The value (moved out) or the exception, once complete.
   Stored take() {
     std::lock_guard lock(mu_);
+    if (failure_) failure_->raise();
     if (error_) std::rethrow_exception(error_);
     if (!value_) throw CallError(Error(Code::kFailedPrecondition, "the future's value was already taken"));
     Stored v = std::move(*value_);
@@ -107,6 +112,7 @@ class FutureState : public FutureStateBase {
 
  private:
   std::optional<Stored> value_;
+  std::optional<Failure> failure_;
   std::exception_ptr error_;
 };
 

@@ -110,7 +110,7 @@ class PortReceiver {
     detail::PortDelivery d = std::move(queue_->items.front());
     queue_->items.pop_front();
     lock.unlock();
-    if (!d.ok) std::rethrow_exception(detail::delivery_error(d));
+    if (!d.ok) detail::delivery_failure(d).raise();
     auto value = detail::delivery_value<T>(d);
     if (!value) throw CallError(std::move(value).error());
     return std::move(*value);

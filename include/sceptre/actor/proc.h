@@ -74,9 +74,9 @@ class Proc {
     (void)Registration::registered;
     auto state = std::make_shared<detail::FutureState<ActorRef<A>>>();
     PortId reply = open_port_here([state](detail::PortDelivery&& d) {
-      if (!d.ok) return (void)state->set_exception(detail::delivery_error(d));
+      if (!d.ok) return (void)state->set_failure(detail::delivery_failure(d));
       auto id = detail::delivery_value<ActorId>(d);
-      if (!id) return (void)state->set_exception(std::make_exception_ptr(CallError(std::move(id).error())));
+      if (!id) return (void)state->set_failure(Failure::call(std::move(id).error()));
       state->set_value(ActorRef<A>(std::move(*id)));
     });
     wire::Message msg = begin_spawn(Registration::key(), name, reply);

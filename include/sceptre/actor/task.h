@@ -10,6 +10,11 @@
 // Task finishes: one message at a time holds for coroutine endpoints too, so the actor's state
 // needs no locks. (An actor that awaits a call back into itself therefore waits for ever:
 // don't.) An exception thrown inside the Task reaches whoever awaits it.
+//
+// GCC 12 note: GCC 12 may destroy a non-trivial temporary inside a co_await expression twice
+// (a compiler bug), so build non-trivial arguments in named locals first:
+//   Ball ball{n, part};  auto back = co_await peer.call<&Peer::ping>(ball);   // fine
+//   auto back = co_await peer.call<&Peer::ping>(Ball{n, part});               // may corrupt memory
 #pragma once
 
 #include <coroutine>

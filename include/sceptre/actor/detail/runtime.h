@@ -45,8 +45,8 @@ void send_call(const ActorId& to, wire::Message&& msg);
 wire::Message begin_port_message(const PortId& to, bool ok);
 void send_to_port(const PortId& to, wire::Message&& msg);
 
-// The exception a failed delivery stands for (RemoteError, CallError, SupervisionError).
-std::exception_ptr delivery_error(const PortDelivery& delivery);
+// What a failed delivery says (a failure that does not decode is a CallError of its own).
+Failure delivery_failure(const PortDelivery& delivery);
 
 // Decodes the value of a delivery as T, or returns why not.
 template <class T>
@@ -60,12 +60,12 @@ template <class State>
 void complete_from(State& state, PortDelivery&& d) {
   using Stored = typename State::Stored;
   if (!d.ok) {
-    state.set_exception(delivery_error(d));
+    state.set_failure(delivery_failure(d));
     return;
   }
   auto value = delivery_value<Stored>(d);
   if (!value) {
-    state.set_exception(std::make_exception_ptr(CallError(std::move(value).error())));
+    state.set_failure(Failure::call(std::move(value).error()));
     return;
   }
   state.set_value(std::move(*value));
