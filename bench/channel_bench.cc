@@ -15,11 +15,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -34,12 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "sceptre/channel/rx.h"
 #include "sceptre/channel/tx.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace bench;
 using namespace std::chrono_literals;
 using sceptre::wire::Message;
 using sceptre::wire::Part;
@@ -56,85 +54,13 @@ Params params;
 
 const std::vector<std::size_t> kLatencySizes = {64, 4096, 1 << 20};
 
-// Untimed round trips before each latency series, for every implementation alike: the first
-// messages of a size pay for first-touch allocations (page faults) in every implementation
-// that does not preallocate, which is a start-up cost, not a steady-state one.
-int warmup(int n) { return std::max(3, n / 10); }
-
 struct Sample {  // one implementation, one repetition
   std::map<std::size_t, std::pair<double, double>> latency_us;  // size -> (p50, p99)
   double small_msgs_per_s = 0;
   double large_gb_per_s = 0;
 };
 
-void pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("sched_setaffinity");
-}
-
-std::pair<double, double> percentiles(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
-}
-
-double us_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
-}
-
-// Runs `server` in a forked child pinned to `server_cpu`; the child reports its address on a
-// pipe. Returns the child's pid and address.
-std::pair<pid_t, std::string> fork_server(int server_cpu,
-                                          const std::function<void(const std::function<void(std::string)>&)>& server) {
-  int fds[2];
-  if (::pipe(fds) != 0) std::abort();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    pin(server_cpu);
-    server([&](std::string addr) {
-      addr += "\n";
-      (void)!::write(fds[1], addr.data(), addr.size());
-    });
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string addr;
-  char c;
-  while (::read(fds[0], &c, 1) == 1 && c != '\n') addr += c;
-  ::close(fds[0]);
-  return {pid, addr};
-}
-
-void reap(pid_t pid) {
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-}
-
 // --- floor: plain blocking sockets -------------------------------------------------------------
-
-bool read_full(int fd, void* buf, std::size_t n) {
-  auto* p = static_cast<char*>(buf);
-  while (n) {
-    ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_full(int fd, const void* buf, std::size_t n) {
-  const auto* p = static_cast<const char*>(buf);
-  while (n) {
-    ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
 
 int floor_listen(bool tcp, std::string& addr) {
   int fd;
@@ -432,38 +358,26 @@ Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
   return s;
 }
 
-// Runs one implementation's client in a fresh forked process, so that no state (heap
-// fragmentation, threads, caches of a library) carries over from one implementation to the
-// next. The sample comes back through a pipe.
-Sample in_child(const std::function<Sample()>& client) {
-  struct Flat {
-    double latency[3][2];
-    double small_msgs_per_s, large_gb_per_s;
-  };
-  int fds[2];
-  if (::pipe(fds) != 0) std::abort();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    Sample s = client();
-    Flat flat{};
-    for (std::size_t i = 0; i < kLatencySizes.size(); ++i) {
-      flat.latency[i][0] = s.latency_us.at(kLatencySizes[i]).first;
-      flat.latency[i][1] = s.latency_us.at(kLatencySizes[i]).second;
-    }
-    flat.small_msgs_per_s = s.small_msgs_per_s;
-    flat.large_gb_per_s = s.large_gb_per_s;
-    (void)!::write(fds[1], &flat, sizeof(flat));
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  Flat flat{};
-  if (!read_full(fds[0], &flat, sizeof(flat))) {
-    std::fprintf(stderr, "channel_bench: a client process died\n");
-    std::exit(1);
-  }
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
+// A Sample as bench::in_child carries it back through its pipe.
+struct FlatSample {
+  double latency[3][2];
+  double small_msgs_per_s, large_gb_per_s;
+};
+
+Sample run_in_child(const std::function<Sample()>& client) {
+  FlatSample flat = bench::in_child<FlatSample>(
+      [&] {
+        Sample s = client();
+        FlatSample f{};
+        for (std::size_t i = 0; i < kLatencySizes.size(); ++i) {
+          f.latency[i][0] = s.latency_us.at(kLatencySizes[i]).first;
+          f.latency[i][1] = s.latency_us.at(kLatencySizes[i]).second;
+        }
+        f.small_msgs_per_s = s.small_msgs_per_s;
+        f.large_gb_per_s = s.large_gb_per_s;
+        return f;
+      },
+      "channel_bench");
   Sample s;
   for (std::size_t i = 0; i < kLatencySizes.size(); ++i) {
     s.latency_us[kLatencySizes[i]] = {flat.latency[i][0], flat.latency[i][1]};
@@ -474,11 +388,6 @@ Sample in_child(const std::function<Sample()>& client) {
 }
 
 // --- report --------------------------------------------------------------------------------------
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 std::string human_size(std::size_t n) {
   if (n >= (1 << 20)) return std::to_string(n >> 20) + " MiB";
@@ -511,7 +420,7 @@ int main(int argc, char** argv) {
         for (auto [name, run] : {std::pair<const char*, Sample (*)(bool, int, int)>{"floor", run_floor},
                                  {"zeromq", run_zmq}, {"sceptre", run_sceptre}}) {
           if (only.empty() || only == name) {
-            samples[name].push_back(in_child([&, run = run] { return run(tcp, 0, server_cpu); }));
+            samples[name].push_back(run_in_child([&, run = run] { return run(tcp, 0, server_cpu); }));
           }
         }
       }

@@ -11,6 +11,9 @@ packages=(
   libssl-dev                              # OpenSSL libcrypto: HMAC for channel authentication
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev                             # ZeroMQ: the peer the channel benchmark compares with
+  libcaf-dev                              # CAF (C++ Actor Framework): a peer of the actor benchmark
+  libgrpc++-dev protobuf-compiler-grpc    # gRPC: the other peer of the actor benchmark ...
+  libprotobuf-dev protobuf-compiler       # ... and the protobuf it generates its stubs with
   iproute2 util-linux                     # taskset for pinned benchmarks
 )
 

@@ -16,6 +16,17 @@ thread_local ActorCell* tl_cell = nullptr;  // the actor whose handler runs on t
 
 ActorCell* current_cell() { return tl_cell; }
 
+}  // namespace sceptre::detail
+
+bool sceptre::detail::inside_actor_handler() { return sceptre::detail::tl_cell != nullptr; }
+void* sceptre::detail::current_actor_context() { return sceptre::detail::tl_cell; }
+sceptre::detail::ActorContextScope::ActorContextScope(void* context) : previous_(tl_cell) {
+  tl_cell = static_cast<ActorCell*>(context);
+}
+sceptre::detail::ActorContextScope::~ActorContextScope() { tl_cell = static_cast<ActorCell*>(previous_); }
+
+namespace sceptre::detail {
+
 ActorCell::ActorCell(Proc::Impl& proc, ActorId id, std::unique_ptr<Actor> actor,
                      const EndpointTable& table, bool own_thread, std::shared_ptr<ActorCell> parent)
     : proc_(proc),
@@ -24,7 +35,8 @@ ActorCell::ActorCell(Proc::Impl& proc, ActorId id, std::unique_ptr<Actor> actor,
       table_(table),
       own_thread_(own_thread ? std::make_unique<ThreadExecutor>(&proc.self, id_.name) : nullptr),
       executor_(own_thread_ ? static_cast<Executor*>(own_thread_.get()) : &proc.io_executor),
-      parent_(parent) {
+      parent_(parent),
+      self_(id_) {
   actor_->cell_ = this;
 }
 
@@ -52,7 +64,16 @@ void ActorCell::enqueue(Item item) {
     return;
   }
   queue_.push_back(std::move(item));
-  schedule_locked();
+  if (scheduled_ || busy_) return;
+  scheduled_ = true;
+  if (executor_ == current_executor() && tl_cell == nullptr) {
+    // Delivered on this actor's own executor outside any handler (from a socket): handle it
+    // now, as a plain socket server would, instead of queueing a hop through the executor.
+    lock.unlock();
+    drain();
+    return;
+  }
+  executor_->post([self = shared_from_this()] { self->drain(); });
 }
 
 void ActorCell::schedule_locked() {
@@ -75,21 +96,33 @@ void ActorCell::drain() {
   ActorCell* previous = tl_cell;
   tl_cell = this;
   for (int n = 0; n < kDrainBatch; ++n) {
-    Item item;
-    {
+    if (next_ == batch_.size()) {
+      batch_.clear();
+      next_ = 0;
       std::lock_guard lock(mu_);
-      if (busy_ || queue_.empty() || terminal(status_)) {
+      if (queue_.empty() || halted_) {
         scheduled_ = false;
         tl_cell = previous;
         return;
       }
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      batch_.swap(queue_);
     }
+    Item& item = batch_[next_++];
     handle(item);
+    item = StartItem{};  // frees the message now, not when the batch ends
+    if (busy_ || halted_) {
+      std::lock_guard lock(mu_);
+      scheduled_ = false;  // the Task's completion (or nothing, once halted) schedules again
+      tl_cell = previous;
+      return;
+    }
   }
   tl_cell = previous;
   executor_->post([self = shared_from_this()] { self->drain(); });  // scheduled_ stays true
+}
+
+void ActorCell::reject_rest_of_batch(ActorStatus status, const std::string& reason) {
+  for (; next_ < batch_.size(); ++next_) reject(batch_[next_], status, reason);
 }
 
 void ActorCell::handle(Item& item) {
@@ -98,6 +131,7 @@ void ActorCell::handle(Item& item) {
       std::lock_guard lock(mu_);
       status_ = ActorStatus::kRunning;
     }
+    running_ = true;
     try {
       actor_->on_start();
     } catch (const std::exception& e) {
@@ -120,7 +154,7 @@ void ActorCell::handle(Item& item) {
 
 void ActorCell::handle_call(CallItem& call) {
   const CallHeader& h = call.header;
-  if (status() != ActorStatus::kRunning) {
+  if (!running_ || halted_) {
     reject_call(h, ActorStatus::kStopping, "");
     return;
   }
@@ -128,7 +162,7 @@ void ActorCell::handle_call(CallItem& call) {
   if (endpoint == table_.endpoints.end()) {
     std::string known;
     for (const auto& [name, _] : table_.endpoints) known += (known.empty() ? "" : ", ") + name;
-    proc_.call_failed(h, CallFailure::call(
+    proc_.call_failed(h, proc_.id, CallFailure::call(
                                      Error(Code::kNotFound, "actor " + id_.to_string() + " (" +
                                                                 table_.type_name + ") has no endpoint '" +
                                                                 h.endpoint + "'; it has: " + known)));
@@ -139,7 +173,7 @@ void ActorCell::handle_call(CallItem& call) {
     invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts);
   } catch (const BadArguments& e) {
     Error error = e.error();
-    proc_.call_failed(h, CallFailure::call(
+    proc_.call_failed(h, proc_.id, CallFailure::call(
                                      std::move(error).with_context("call to " + id_.to_string())));
     return;
   } catch (const std::exception& e) {
@@ -164,7 +198,7 @@ void ActorCell::handle_call(CallItem& call) {
         self->busy_ = false;
         if (terminal(self->status_)) {
           self->executor_->post([self] { self->finalize(); });
-        } else if (!self->queue_.empty()) {
+        } else if (!self->queue_.empty() || self->next_ < self->batch_.size()) {
           self->schedule_locked();
         }
       });
@@ -202,6 +236,7 @@ void ActorCell::begin_stop() {
     std::lock_guard lock(mu_);
     if (status_ == ActorStatus::kStopping) return;  // already on its way
     status_ = ActorStatus::kStopping;
+    running_ = false;
     children = children_;
     last = children_.empty();
   }
@@ -248,16 +283,19 @@ void ActorCell::fail(SupervisionEvent event) {
 
 void ActorCell::terminate(ActorStatus final_status, std::optional<SupervisionEvent> failure,
                           std::string reason) {
-  std::deque<Item> queued;
+  std::vector<Item> queued;
   std::vector<std::shared_ptr<ActorCell>> children;
   {
     std::lock_guard lock(mu_);
     if (terminal(status_)) return;
     status_ = final_status;
     reason_ = reason;
+    halted_ = true;
+    running_ = false;
     queued.swap(queue_);
     children = children_;
   }
+  reject_rest_of_batch(final_status, reason);  // older than `queued`: rejected first
   if (final_status == ActorStatus::kFailed) {
     log().warn("actor {} failed: {}", id_.to_string(), reason);
   }
@@ -269,12 +307,13 @@ void ActorCell::terminate(ActorStatus final_status, std::optional<SupervisionEve
 }
 
 void ActorCell::force_stop() {
-  std::deque<Item> queued;
+  std::vector<Item> queued;
   std::vector<std::shared_ptr<ActorCell>> children;
   {
     std::lock_guard lock(mu_);
     if (terminal(status_)) return;
     status_ = ActorStatus::kStopped;
+    halted_ = true;
     reason_ = "stopped by force (the graceful stop timed out)";
     queued.swap(queue_);
     children = children_;
@@ -296,6 +335,7 @@ void ActorCell::finalize() {
     finalized_ = true;
     actor = std::move(actor_);
   }
+  reject_rest_of_batch(ActorStatus::kStopped, reason());  // what a forced stop left in the batch
   ActorCell* previous = tl_cell;
   tl_cell = this;
   try {
@@ -328,7 +368,7 @@ void ActorCell::reject_call(const CallHeader& header, ActorStatus status, const 
   std::string text = "actor " + id_.to_string() + " is " + std::string(status_name(status)) +
                      (reason.empty() ? "" : " (" + reason + ")") + ": call to '" + header.endpoint +
                      "' not handled";
-  proc_.call_failed(header, CallFailure::supervision(
+  proc_.call_failed(header, proc_.id, CallFailure::supervision(
                                         Error(status == ActorStatus::kFailed ? Code::kAborted
                                                                               : Code::kUnavailable,
                                               std::move(text))));

@@ -10,7 +10,7 @@
 // else runs on the actor's executor.
 #pragma once
 
-#include <deque>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +54,8 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   ~ActorCell();
 
   const ActorId& id() const { return id_; }
+  // The id as the sender field of the calls this actor makes.
+  const std::optional<ActorId>& self() const { return self_; }
   Proc& proc() const;
   Executor* executor() const { return executor_; }
   ActorStatus status() const;
@@ -94,12 +96,22 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   std::unique_ptr<ThreadExecutor> own_thread_;  // when the actor asked for one
   Executor* executor_;
   std::weak_ptr<ActorCell> parent_;  // the parent holds its children, not the other way round
+  const std::optional<ActorId> self_;
   std::shared_ptr<FutureState<void>> stopped_ = std::make_shared<FutureState<void>>();
 
+  // Items taken from queue_ in one swap and handled without the lock. Executor only.
+  std::vector<Item> batch_;
+  std::size_t next_ = 0;
+  void reject_rest_of_batch(ActorStatus status, const std::string& reason);
+
   mutable std::mutex mu_;
-  std::deque<Item> queue_;
+  std::vector<Item> queue_;  // swapped with batch_ whole: no allocation per item
   bool scheduled_ = false;  // a drain is posted or running
-  bool busy_ = false;       // an endpoint's Task is in flight
+  // An endpoint's Task is in flight. Written only on the executor (under mu_), so the
+  // executor may read it without the lock.
+  bool busy_ = false;
+  std::atomic<bool> halted_{false};
+  bool running_ = false;  // status_ == kRunning, readable without the lock. Executor only.  // terminal: the drain loop stops (set from any thread)
   bool finalized_ = false;
   ActorStatus status_ = ActorStatus::kCreated;
   std::string reason_;

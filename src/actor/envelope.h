@@ -16,13 +16,18 @@ namespace sceptre::detail {
 
 enum class Kind : std::uint8_t { kCall = 1, kPort = 2, kSpawn = 3, kBounce = 4 };
 
+// The destination proc is not on the wire (the message reached it); begin_call() writes these
+// fields straight from the caller's values, without building a CallHeader.
 struct CallHeader {
-  ActorId to;
+  std::string to_name;
+  std::uint64_t to_index = 0;
   std::string endpoint;
   std::optional<PortId> reply;
   ProcId from;                    // the sending proc, and in it
   std::optional<ActorId> sender;  // the sending actor: told when the call cannot be handled
-  SCEPTRE_FIELDS(to, endpoint, reply, from, sender)
+  SCEPTRE_FIELDS(to_name, to_index, endpoint, reply, from, sender)
+
+  ActorId to(const ProcId& proc) const { return ActorId{proc, to_name, to_index}; }
 };
 
 struct PortHeader {

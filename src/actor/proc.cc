@@ -74,18 +74,21 @@ void Proc::Impl::on_message(wire::Message&& msg) {
 
 std::shared_ptr<detail::ActorCell> Proc::Impl::find_actor(const ActorId& actor) const {
   if (actor.proc != id) return nullptr;
+  return find_local(actor.name, actor.index);
+}
+
+std::shared_ptr<detail::ActorCell> Proc::Impl::find_local(std::string_view name, std::uint64_t index) const {
   std::lock_guard lock(actors_mu_);
-  auto it = actors_.find(actor.index);
-  if (it == actors_.end() || it->second->id().name != actor.name) return nullptr;
+  auto it = actors_.find(index);
+  if (it == actors_.end() || it->second->id().name != name) return nullptr;
   return it->second;
 }
 
 void Proc::Impl::deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset) {
-  auto cell = find_actor(header.to);
+  auto cell = find_local(header.to_name, header.to_index);
   if (!cell) {
-    call_failed(header, detail::CallFailure::call(
-                                            Error(Code::kNotFound, "no actor " + header.to.to_string() +
-                                                                       " in proc " + id.addr)));
+    call_failed(header, id, detail::CallFailure::call(
+                                Error(Code::kNotFound, "no actor " + header.to(id).to_string() + " in proc " + id.addr)));
     return;
   }
   cell->enqueue(detail::CallItem{std::move(header), std::move(msg), offset});
@@ -100,12 +103,12 @@ void Proc::Impl::deliver_bounce(detail::BounceHeader&& header) {
   }
 }
 
-void Proc::Impl::call_failed(const detail::CallHeader& call, detail::CallFailure failure) {
+void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, detail::CallFailure failure) {
   if (call.reply) {
     fail_port(*call.reply, std::move(failure));
     return;
   }
-  Undeliverable what{call.to.to_string(), call.endpoint, std::move(failure.error)};
+  Undeliverable what{call.to(at).to_string(), call.endpoint, std::move(failure.error)};
   route(call.from, detail::begin_envelope(detail::Kind::kBounce, detail::BounceHeader{call.sender, std::move(what)}));
 }
 
@@ -172,8 +175,8 @@ std::shared_ptr<channel::Tx> Proc::Impl::tx_for(const ProcId& to, Error& error) 
     return nullptr;
   }
   auto tx = channel::dial(ctx, *addr, options.channel,
-                          [this](std::vector<wire::Message> msgs, const Error& e) {
-                            for (auto& m : msgs) undeliverable(std::move(m), e);
+                          [this, to](std::vector<wire::Message> msgs, const Error& e) {
+                            for (auto& m : msgs) undeliverable(std::move(m), e, to);
                           });
   if (!tx) {
     error = std::move(tx).error();
@@ -188,21 +191,21 @@ void Proc::Impl::send_remote(const ProcId& to, wire::Message&& msg) {
   Error error;
   auto tx = tx_for(to, error);
   if (!tx) {
-    undeliverable(std::move(msg), error.with_context("to proc " + to.addr));
+    undeliverable(std::move(msg), error.with_context("to proc " + to.addr), to);
     return;
   }
   Status sent = ctx.in_io_thread() ? tx->send(std::move(msg)) : tx->send(std::move(msg), options.send_wait);
-  if (!sent.ok()) undeliverable(std::move(msg), Error(sent.error()).with_context("to proc " + to.addr));
+  if (!sent.ok()) undeliverable(std::move(msg), Error(sent.error()).with_context("to proc " + to.addr), to);
 }
 
-void Proc::Impl::undeliverable(wire::Message&& msg, const Error& error) {
+void Proc::Impl::undeliverable(wire::Message&& msg, const Error& error, const ProcId& to) {
   auto parsed = detail::parse_envelope(msg);
   if (!parsed) return;  // we built it: cannot happen
   if (auto* call = std::get_if<detail::CallHeader>(&parsed->header)) {
     Error e(error.code() == Code::kCancelled ? Code::kCancelled : Code::kUnavailable,
-            "call to '" + call->endpoint + "' of " + call->to.to_string() + " undeliverable: " +
+            "call to '" + call->endpoint + "' of " + call->to(to).to_string() + " undeliverable: " +
                 error.to_string());
-    call_failed(*call, detail::CallFailure::call( std::move(e)));
+    call_failed(*call, to, detail::CallFailure::call( std::move(e)));
   } else if (auto* spawn = std::get_if<detail::SpawnHeader>(&parsed->header)) {
     fail_port(spawn->reply, detail::CallFailure::call(
                                                 Error(Code::kUnavailable, "spawn of '" + spawn->name +
@@ -414,10 +417,13 @@ void close_port(const PortId& port) {
 }
 
 wire::Message begin_call(const ActorId& to, std::string_view endpoint, const std::optional<PortId>& reply) {
+  // The fields of a CallHeader, written from the caller's values without copying them.
+  static const std::optional<ActorId> kNoSender;
   ActorCell* cell = current_cell();
-  CallHeader h{to, std::string(endpoint), reply, Proc::current().id(),
-               cell ? std::optional<ActorId>(cell->id()) : std::nullopt};
-  return begin_envelope(Kind::kCall, h);
+  wire::Message msg;
+  wire::encode_into(msg, Kind::kCall, to.name, to.index, endpoint, reply, Proc::current().id(),
+                    cell ? cell->self() : kNoSender);
+  return msg;
 }
 
 void send_call(const ActorId& to, wire::Message&& msg) { Proc::current().impl().route(to.proc, std::move(msg)); }

@@ -36,7 +36,8 @@ struct Proc::Impl {
   void send_to_port(const PortId& to, bool ok, wire::Message&& payload);
   void fail_port(const PortId& to, detail::CallFailure failure);
   // A call that cannot be handled: fails its reply port, or hands it back to its sender.
-  void call_failed(const detail::CallHeader& call, detail::CallFailure failure);
+  // `at`: the proc the call was addressed to.
+  void call_failed(const detail::CallHeader& call, const ProcId& at, detail::CallFailure failure);
 
   PortId open_port(detail::PortSink sink, bool once);
   void close_port(std::uint64_t index);
@@ -44,6 +45,7 @@ struct Proc::Impl {
   // A top-level actor failed: the proc's supervision handler.
   void root_failed(const SupervisionEvent& event);
   std::shared_ptr<detail::ActorCell> find_actor(const ActorId& id) const;
+  std::shared_ptr<detail::ActorCell> find_local(std::string_view name, std::uint64_t index) const;
 
   ActorId adopt(std::unique_ptr<Actor> actor, const detail::EndpointTable& table, bool own_thread,
                 std::string name, detail::ActorCell* parent);
@@ -63,7 +65,7 @@ struct Proc::Impl {
   void send_remote(const ProcId& to, wire::Message&& msg);
   std::shared_ptr<channel::Tx> tx_for(const ProcId& to, Error& error);
   // A message this proc could not send: fail what waits for it, tell who sent it.
-  void undeliverable(wire::Message&& msg, const Error& error);
+  void undeliverable(wire::Message&& msg, const Error& error, const ProcId& to);
   void report_undeliverable(const Undeliverable& what);
 
   std::unique_ptr<channel::Rx> rx_;

@@ -22,6 +22,25 @@ Executor* current_executor();
 
 namespace detail {
 // Sets current_executor() for the scope of a handler; restores the previous value.
+// True while an actor's handler runs on this thread. Completions arriving outside any handler
+// (on an executor's own loop, e.g. from a socket) may run actor code inline instead of
+// posting it; inside a handler they never do, so one actor's code never nests in another's.
+bool inside_actor_handler();
+
+// The actor whose handler runs on this thread (opaque), and a scope that makes a coroutine
+// resumed later count as that actor's handler again.
+void* current_actor_context();
+class ActorContextScope {
+ public:
+  explicit ActorContextScope(void* context);
+  ~ActorContextScope();
+  ActorContextScope(const ActorContextScope&) = delete;
+  ActorContextScope& operator=(const ActorContextScope&) = delete;
+
+ private:
+  void* previous_;
+};
+
 class ExecutorScope {
  public:
   explicit ExecutorScope(Executor* executor);

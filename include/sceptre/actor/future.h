@@ -149,11 +149,18 @@ class Future {
     bool await_ready() const { return state->ready(); }
     bool await_suspend(std::coroutine_handle<> h) {
       Executor* executor = current_executor();
-      return state->on_complete([h, executor] {
-        if (executor) {
-          executor->post([h] { h.resume(); });
-        } else {
+      void* actor = detail::current_actor_context();
+      return state->on_complete([h, executor, actor] {
+        auto resume = [h, actor] {
+          detail::ActorContextScope scope(actor);
           h.resume();
+        };
+        // Already on the awaiting actor's executor, outside any handler (a reply read from a
+        // socket): resume now rather than queue a hop through the executor.
+        if (executor && (executor != current_executor() || detail::inside_actor_handler())) {
+          executor->post(resume);
+        } else {
+          resume();
         }
       });
     }

@@ -44,13 +44,20 @@ class DecodeError : public std::runtime_error {
 
 class OutputArchive : public cereal::OutputArchive<OutputArchive, cereal::AllowEmptyClassElision> {
  public:
+  // A body starts with room for a typical small message, so that encoding field by field does
+  // not reallocate it once per doubling.
+  static constexpr std::size_t kInitialBody = 256;
+
   explicit OutputArchive(Message& out)
-      : cereal::OutputArchive<OutputArchive, cereal::AllowEmptyClassElision>(this), out_(out) {}
+      : cereal::OutputArchive<OutputArchive, cereal::AllowEmptyClassElision>(this), out_(out) {
+    if (out_.body.capacity() == 0) out_.body.reserve(kInitialBody);
+  }
 
   void write_bytes(const void* data, std::size_t size) {
     if (size == 0) return;
-    const auto* bytes = static_cast<const std::byte*>(data);
-    out_.body.insert(out_.body.end(), bytes, bytes + size);
+    std::size_t at = out_.body.size();
+    out_.body.resize(at + size);
+    std::memcpy(out_.body.data() + at, data, size);
   }
 
   // Appends a part to the message; returns its index (what the body records).
@@ -152,6 +159,13 @@ template <class Archive, class T>
   requires(std::is_same_v<Archive, OutputArchive> || std::is_same_v<Archive, InputArchive>)
 void CEREAL_SERIALIZE_FUNCTION_NAME(Archive& ar, cereal::NameValuePair<T>& pair) {
   ar(pair.value);
+}
+
+// A string_view is written as a std::string is (length, then bytes), so it decodes as one:
+// senders can encode text they do not own without copying it into a string first.
+inline void CEREAL_SAVE_FUNCTION_NAME(OutputArchive& ar, const std::string_view& text) {
+  ar(static_cast<std::uint64_t>(text.size()));
+  ar.write_bytes(text.data(), text.size());
 }
 
 // A Part inside a value: the body holds its index, the bytes travel beside the body.
