@@ -158,14 +158,14 @@ void ActorCell::handle_call(CallItem& call) {
     reject_call(h, ActorStatus::kStopping, "");
     return;
   }
-  auto endpoint = table_.endpoints.find(h.endpoint);
+  auto endpoint = table_.endpoints.find(std::string(h.endpoint));
   if (endpoint == table_.endpoints.end()) {
     std::string known;
     for (const auto& [name, _] : table_.endpoints) known += (known.empty() ? "" : ", ") + name;
     proc_.call_failed(h, proc_.id, CallFailure::call(
                                      Error(Code::kNotFound, "actor " + id_.to_string() + " (" +
                                                                 table_.type_name + ") has no endpoint '" +
-                                                                h.endpoint + "'; it has: " + known)));
+                                                                std::string(h.endpoint) + "'; it has: " + known)));
     return;
   }
   Invocation invocation;
@@ -177,10 +177,10 @@ void ActorCell::handle_call(CallItem& call) {
                                      std::move(error).with_context("call to " + id_.to_string())));
     return;
   } catch (const std::exception& e) {
-    endpoint_threw(h, exception_type_name(e), e.what());
+    endpoint_threw(h.reply, h.endpoint, exception_type_name(e), e.what());
     return;
   } catch (...) {
-    endpoint_threw(h, "unknown exception", "an exception not derived from std::exception");
+    endpoint_threw(h.reply, h.endpoint, "unknown exception", "an exception not derived from std::exception");
     return;
   }
   if (auto* reply = std::get_if<wire::Message>(&invocation)) {
@@ -192,8 +192,9 @@ void ActorCell::handle_call(CallItem& call) {
     busy_ = true;
   }
   std::get<Task<wire::Message>>(std::move(invocation))
-      .start_detached([self = shared_from_this(), header = h](std::function<wire::Message()> outcome) {
-        self->call_done(header, outcome);
+      .start_detached([self = shared_from_this(), reply = h.reply, endpoint = std::string(h.endpoint)](
+                          std::function<wire::Message()> outcome) {
+        self->call_done(reply, endpoint, outcome);
         std::lock_guard lock(self->mu_);
         self->busy_ = false;
         if (terminal(self->status_)) {
@@ -204,29 +205,31 @@ void ActorCell::handle_call(CallItem& call) {
       });
 }
 
-void ActorCell::call_done(const CallHeader& header, const std::function<wire::Message()>& outcome) {
+void ActorCell::call_done(const std::optional<PortId>& reply, std::string_view endpoint,
+                          const std::function<wire::Message()>& outcome) {
   ActorCell* previous = tl_cell;
   tl_cell = this;
   try {
-    wire::Message reply = outcome();
-    if (header.reply) proc_.send_to_port(*header.reply, true, std::move(reply));
+    wire::Message value = outcome();
+    if (reply) proc_.send_to_port(*reply, true, std::move(value));
   } catch (const std::exception& e) {
-    endpoint_threw(header, exception_type_name(e), e.what());
+    endpoint_threw(reply, endpoint, exception_type_name(e), e.what());
   } catch (...) {
-    endpoint_threw(header, "unknown exception", "an exception not derived from std::exception");
+    endpoint_threw(reply, endpoint, "unknown exception", "an exception not derived from std::exception");
   }
   tl_cell = previous;
 }
 
-void ActorCell::endpoint_threw(const CallHeader& header, std::string type, std::string what) {
-  if (header.reply) {
+void ActorCell::endpoint_threw(const std::optional<PortId>& reply, std::string_view endpoint,
+                               std::string type, std::string what) {
+  if (reply) {
     // Someone waits: the exception is theirs, and the actor lives on.
     CallFailure f{CallFailure::kRemote, Error(Code::kUnknown, what), type, what, id_.to_string(),
-                  header.endpoint};
-    proc_.send_to_port(*header.reply, false, wire::encode(f));
+                  std::string(endpoint)};
+    proc_.send_to_port(*reply, false, wire::encode(f));
     return;
   }
-  fail(SupervisionEvent{id_, header.endpoint, std::move(type), std::move(what), {}});
+  fail(SupervisionEvent{id_, std::string(endpoint), std::move(type), std::move(what), {}});
 }
 
 void ActorCell::begin_stop() {
@@ -366,7 +369,7 @@ void ActorCell::reject(Item& item, ActorStatus status, const std::string& reason
 
 void ActorCell::reject_call(const CallHeader& header, ActorStatus status, const std::string& reason) {
   std::string text = "actor " + id_.to_string() + " is " + std::string(status_name(status)) +
-                     (reason.empty() ? "" : " (" + reason + ")") + ": call to '" + header.endpoint +
+                     (reason.empty() ? "" : " (" + reason + ")") + ": call to '" + std::string(header.endpoint) +
                      "' not handled";
   proc_.call_failed(header, proc_.id, CallFailure::supervision(
                                         Error(status == ActorStatus::kFailed ? Code::kAborted

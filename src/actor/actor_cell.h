@@ -77,8 +77,10 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   void handle_call(CallItem& call);
   void handle_child(ChildItem& item);
   void begin_stop();
-  void call_done(const CallHeader& header, const std::function<wire::Message()>& outcome);
-  void endpoint_threw(const CallHeader& header, std::string type, std::string what);
+  void call_done(const std::optional<PortId>& reply, std::string_view endpoint,
+                 const std::function<wire::Message()>& outcome);
+  void endpoint_threw(const std::optional<PortId>& reply, std::string_view endpoint, std::string type,
+                      std::string what);
   void fail(SupervisionEvent event);
   // Moves to a terminal status: rejects what is queued, stops children, finalizes, tells the
   // parent (or the proc, for a top-level actor).

@@ -16,19 +16,25 @@ namespace sceptre::detail {
 
 enum class Kind : std::uint8_t { kCall = 1, kPort = 2, kSpawn = 3, kBounce = 4 };
 
-// The destination proc is not on the wire (the message reached it); begin_call() writes these
-// fields straight from the caller's values, without building a CallHeader.
+// A call's header. It is on the path of every message, so it has a layout of its own rather
+// than cereal's (encode_call_header / parse_envelope), and its text fields are views into the
+// message body: valid while the message lives (the CallItem holds both). The destination
+// proc is not on the wire: the message reached it.
 struct CallHeader {
-  std::string to_name;
+  std::string_view to_name;
   std::uint64_t to_index = 0;
-  std::string endpoint;
+  std::string_view endpoint;
+  std::string_view from;          // the sending proc's id
   std::optional<PortId> reply;
-  ProcId from;                    // the sending proc, and in it
   std::optional<ActorId> sender;  // the sending actor: told when the call cannot be handled
-  SCEPTRE_FIELDS(to_name, to_index, endpoint, reply, from, sender)
 
-  ActorId to(const ProcId& proc) const { return ActorId{proc, to_name, to_index}; }
+  ActorId to(const ProcId& proc) const { return ActorId{proc, std::string(to_name), to_index}; }
+  ProcId from_proc() const { return ProcId{std::string(from)}; }
 };
+
+wire::Message encode_call_header(const ActorId& to, std::string_view endpoint,
+                                 const std::optional<PortId>& reply, const ProcId& from,
+                                 const std::optional<ActorId>& sender);
 
 struct PortHeader {
   PortId to;

@@ -108,8 +108,8 @@ void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, d
     fail_port(*call.reply, std::move(failure));
     return;
   }
-  Undeliverable what{call.to(at).to_string(), call.endpoint, std::move(failure.error)};
-  route(call.from, detail::begin_envelope(detail::Kind::kBounce, detail::BounceHeader{call.sender, std::move(what)}));
+  Undeliverable what{call.to(at).to_string(), std::string(call.endpoint), std::move(failure.error)};
+  route(call.from_proc(), detail::begin_envelope(detail::Kind::kBounce, detail::BounceHeader{call.sender, std::move(what)}));
 }
 
 // --- ports ---------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ void Proc::Impl::undeliverable(wire::Message&& msg, const Error& error, const Pr
   if (!parsed) return;  // we built it: cannot happen
   if (auto* call = std::get_if<detail::CallHeader>(&parsed->header)) {
     Error e(error.code() == Code::kCancelled ? Code::kCancelled : Code::kUnavailable,
-            "call to '" + call->endpoint + "' of " + call->to(to).to_string() + " undeliverable: " +
+            "call to '" + std::string(call->endpoint) + "' of " + call->to(to).to_string() + " undeliverable: " +
                 error.to_string());
     call_failed(*call, to, detail::CallFailure::call( std::move(e)));
   } else if (auto* spawn = std::get_if<detail::SpawnHeader>(&parsed->header)) {
@@ -420,10 +420,7 @@ wire::Message begin_call(const ActorId& to, std::string_view endpoint, const std
   // The fields of a CallHeader, written from the caller's values without copying them.
   static const std::optional<ActorId> kNoSender;
   ActorCell* cell = current_cell();
-  wire::Message msg;
-  wire::encode_into(msg, Kind::kCall, to.name, to.index, endpoint, reply, Proc::current().id(),
-                    cell ? cell->self() : kNoSender);
-  return msg;
+  return encode_call_header(to, endpoint, reply, Proc::current().id(), cell ? cell->self() : kNoSender);
 }
 
 void send_call(const ActorId& to, wire::Message&& msg) { Proc::current().impl().route(to.proc, std::move(msg)); }
