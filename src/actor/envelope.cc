@@ -11,9 +11,8 @@ namespace {
 constexpr std::uint8_t kHasReply = 1, kHasSender = 2;
 
 void put(std::vector<std::byte>& out, const void* p, std::size_t n) {
-  std::size_t at = out.size();
-  out.resize(at + n);
-  std::memcpy(out.data() + at, p, n);
+  const auto* bytes = static_cast<const std::byte*>(p);
+  out.insert(out.end(), bytes, bytes + n);
 }
 void put_u64(std::vector<std::byte>& out, std::uint64_t v) { put(out, &v, sizeof v); }
 void put_str(std::vector<std::byte>& out, std::string_view s) {

@@ -55,9 +55,8 @@ class OutputArchive : public cereal::OutputArchive<OutputArchive, cereal::AllowE
 
   void write_bytes(const void* data, std::size_t size) {
     if (size == 0) return;
-    std::size_t at = out_.body.size();
-    out_.body.resize(at + size);
-    std::memcpy(out_.body.data() + at, data, size);
+    const auto* bytes = static_cast<const std::byte*>(data);
+    out_.body.insert(out_.body.end(), bytes, bytes + size);  // within the reserve: no zero-fill
   }
 
   // Appends a part to the message; returns its index (what the body records).
