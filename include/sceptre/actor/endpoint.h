@@ -79,26 +79,23 @@ concept RegisteredActor = std::is_base_of_v<Actor, A> && requires {
   sceptre_actor_info(static_cast<const A*>(nullptr));
 };
 
-template <class P, class Q>
-constexpr bool same_member(P p, Q q) {
-  if constexpr (std::is_same_v<P, Q>) {
-    return p == q;
-  } else {
-    return false;
-  }
+// Whether M is the I-th registered endpoint of A. Compared as template arguments, not with ==
+// on member pointers: GCC does not constant-fold that comparison under UBSan.
+template <auto>
+struct EndpointTag {};
+template <class A, auto M, std::size_t I>
+constexpr bool is_endpoint() {
+  return std::is_same_v<EndpointTag<M>, EndpointTag<std::get<I>(actor_info<A>().endpoints).ptr>>;
 }
 
 // The registered name of endpoint M of A, or nullptr when M is not registered.
 template <class A, auto M>
 consteval const char* endpoint_name() {
-  constexpr auto info = actor_info<A>();
   const char* found = nullptr;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((found = (!found && same_member(std::get<I>(info.endpoints).ptr, M))
-                  ? std::get<I>(info.endpoints).name
-                  : found),
+    ((found = (!found && is_endpoint<A, M, I>()) ? std::get<I>(actor_info<A>().endpoints).name : found),
      ...);
-  }(std::make_index_sequence<std::tuple_size_v<decltype(info.endpoints)>>{});
+  }(std::make_index_sequence<std::tuple_size_v<decltype(actor_info<A>().endpoints)>>{});
   return found;
 }
 
