@@ -35,10 +35,14 @@ void bind_proc_thread(Proc* proc) { tl_proc = proc; }
 
 // --- Impl: construction, routing ---------------------------------------------------------------
 
-Proc::Impl::Impl(Proc& self_, ProcOptions options_) : self(self_), options(std::move(options_)) {
+Proc::Impl::Impl(Proc& self_, ProcOptions options_) : self(self_), options(std::move(options_)) {}
+
+void Proc::Impl::start() {
+  // The I/O thread learns its proc before the first message can arrive (and after Proc::impl_
+  // is set, which its handlers read).
+  ctx.impl().run_sync([this] { detail::bind_thread(&io_executor, &self); });
   rx_ = serve_or_throw(*this, options.listen.empty() ? default_listen() : options.listen);
   id = ProcId{rx_->address().to_string()};
-  ctx.impl().run_sync([this] { detail::bind_thread(&io_executor, &self); });
 }
 
 void Proc::Impl::route(const ProcId& to, wire::Message&& msg) {
@@ -335,6 +339,7 @@ void Proc::Impl::shutdown() {
 // --- Proc ------------------------------------------------------------------------------------------
 
 Proc::Proc(ProcOptions options) : impl_(std::make_unique<Impl>(*this, std::move(options))) {
+  impl_->start();
   Proc* expected = nullptr;
   g_default_proc.compare_exchange_strong(expected, this);
 }

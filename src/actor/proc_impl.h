@@ -26,6 +26,8 @@ class ActorCell;
 
 struct Proc::Impl {
   Impl(Proc& self, ProcOptions options);
+  // Binds the I/O thread and starts serving; throws Exception when the address cannot be served.
+  void start();
 
   // Routes `msg` (an envelope) to the proc `to`; failures reach the sender, never silence.
   void route(const ProcId& to, wire::Message&& msg);
