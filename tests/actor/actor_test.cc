@@ -131,7 +131,7 @@ TEST_F(ActorTest, OwnThreadActorsRunOffTheIoThread) {
 
 TEST_F(ActorTest, GetWithTimeoutAndWaitAny) {
   auto c = proc.spawn<Counter>("c");
-  c.send<&Counter::sleep_ms>(300);
+  c.send<&Counter::sleep_ms>(1000);
   auto slow = c.call<&Counter::get>();
   EXPECT_THROW(slow.get(20ms), TimeoutError);
   std::vector<Future<int>> fs;

@@ -10,7 +10,7 @@ namespace {
 
 class ErrorsTest : public ::testing::Test {
  protected:
-  Proc proc{test_options()};
+  Proc proc{test_options("", 3s)};  // undeliverable calls fail after 3 s
   ProcScope scope{proc};
 };
 

@@ -122,8 +122,10 @@ TEST_P(ProcessTest, PerSenderOrderAcrossProcesses) {
 }
 
 TEST_P(ProcessTest, CallsToAKilledPeerFailInsteadOfHanging) {
+  Proc quick(test_options("", 3s));  // undeliverable calls fail after 3 s
+  ProcScope in(quick);
   PeerProcess peer(GetParam());
-  auto remote = proc.spawn_on<Counter>(peer.id(), "doomed").get(10s);
+  auto remote = quick.spawn_on<Counter>(peer.id(), "doomed").get(10s);
   EXPECT_EQ(remote.call<&Counter::add>(1).get(10s), 1);
   peer.kill();
   // The channel cannot reconnect; its delivery timeout (3 s here) hands the call back.
@@ -138,7 +140,7 @@ TEST_P(ProcessTest, CallsToAKilledPeerFailInsteadOfHanging) {
   }
   // A later proc on the same machine is reachable again: the failed channel is replaced.
   PeerProcess again(GetParam());
-  auto fresh = proc.spawn_on<Counter>(again.id(), "fresh", 2).get(10s);
+  auto fresh = quick.spawn_on<Counter>(again.id(), "fresh", 2).get(10s);
   EXPECT_EQ(fresh.call<&Counter::get>().get(10s), 2);
 }
 

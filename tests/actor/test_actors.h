@@ -21,11 +21,13 @@ using namespace std::chrono_literals;
 
 inline const std::string kSecret = "actor-test-secret";
 
-inline ProcOptions test_options(std::string listen = "") {
+// `delivery_timeout` bounds how long an undeliverable call takes to fail: short for the tests
+// of that, generous otherwise (a flood of messages under a sanitizer may take many seconds).
+inline ProcOptions test_options(std::string listen = "", std::chrono::milliseconds delivery_timeout = 60s) {
   ProcOptions o;
   o.listen = std::move(listen);
   o.channel.secret = kSecret;
-  o.channel.delivery_timeout = 3s;
+  o.channel.delivery_timeout = delivery_timeout;
   o.channel.reconnect_min = 1ms;
   o.channel.reconnect_max = 50ms;
   o.stop_timeout = 2s;
