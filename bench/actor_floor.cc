@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actor_peers.h"
+#include "channel_messages.h"
 #include "sceptre/channel/rx.h"
 #include "sceptre/channel/tx.h"
 
@@ -25,27 +26,6 @@ using namespace std::chrono_literals;
 using sceptre::wire::Message;
 using sceptre::wire::Part;
 
-// A message of `size` payload bytes: in the body when small, as one zero-copy part when large.
-Message payload_message(std::size_t size, const Part& large) {
-  Message m;
-  if (size >= (64 << 10)) {
-    m.parts.push_back(large);
-  } else {
-    m.body.assign(size, std::byte{'x'});
-  }
-  return m;
-}
-
-Message text_message(const std::string& text) {
-  Message m;
-  auto b = std::as_bytes(std::span(text.data(), text.size()));
-  m.body.assign(b.begin(), b.end());
-  return m;
-}
-
-std::string text_of(const Message& m) {
-  return {reinterpret_cast<const char*>(m.body.data()), m.body.size()};
-}
 
 std::string listen_addr(bool tcp, const char* who) {
   return tcp ? "tcp:127.0.0.1:0" : std::string("unix:@sceptre-actor-floor-") + who + std::to_string(::getpid());

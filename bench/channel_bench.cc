@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "channel_messages.h"
 #include "sceptre/channel/rx.h"
 #include "sceptre/channel/tx.h"
 
@@ -242,27 +243,6 @@ Sample run_zmq(bool tcp, int client_cpu, int server_cpu) {
 
 // --- sceptre channels ------------------------------------------------------------------------
 
-// A message of `size` payload bytes: in the body when small, as one zero-copy part when large.
-Message payload_message(std::size_t size, const Part& large) {
-  Message m;
-  if (size >= (64 << 10)) {
-    m.parts.push_back(large);
-  } else {
-    m.body.assign(size, std::byte{'x'});
-  }
-  return m;
-}
-
-Message text_message(const std::string& text) {
-  Message m;
-  auto b = std::as_bytes(std::span(text.data(), text.size()));
-  m.body.assign(b.begin(), b.end());
-  return m;
-}
-
-std::string text_of(const Message& m) {
-  return {reinterpret_cast<const char*>(m.body.data()), m.body.size()};
-}
 
 Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
   using namespace sceptre::channel;
