@@ -34,7 +34,7 @@ ActorCell::ActorCell(Proc::Impl& proc, ActorId id, std::unique_ptr<Actor> actor,
       actor_(std::move(actor)),
       table_(table),
       own_thread_(own_thread ? std::make_unique<ThreadExecutor>(&proc.self, id_.name) : nullptr),
-      executor_(own_thread_ ? static_cast<Executor*>(own_thread_.get()) : &proc.io_executor),
+      executor_(own_thread_ ? own_thread_->executor() : &proc.io_executor),
       parent_(parent),
       self_(id_) {
   actor_->cell_ = this;

@@ -25,17 +25,20 @@ void bind_thread(Executor* executor, Proc* proc) {
 }
 
 ThreadExecutor::ThreadExecutor(Proc* proc, std::string name) {
-  thread_ = std::thread([this, state = state_, proc, name = std::move(name)] {
+  thread_ = std::thread([state = state_, proc, name = std::move(name)] {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-    bind_thread(this, proc);
+    bind_thread(state.get(), proc);
     for (;;) {
       try {
         state->io.run();
-        return;
+        break;
       } catch (const std::exception& e) {
         log().error("exception escaped an actor thread's task: {}", e.what());
       }
     }
+    std::lock_guard lock(state->mu);
+    state->finished = true;
+    state->cv.notify_all();
   });
 }
 
@@ -45,6 +48,14 @@ ThreadExecutor::~ThreadExecutor() {
     thread_.detach();  // run() returns once the current handler is done; the state lives on
     return;
   }
+  // A handler that never returns (what a forced stop leaves behind) keeps this wait going: the
+  // thread still touches its actor and proc, so leaving it behind would be worse. Say so.
+  std::unique_lock lock(state_->mu);
+  for (int waited = 1; !state_->cv.wait_for(lock, kJoinTimeout, [&] { return state_->finished; }); ++waited) {
+    log().error("an actor thread's handler has not returned {} s after its actor stopped; still waiting",
+                waited * kJoinTimeout.count());
+  }
+  lock.unlock();
   thread_.join();
 }
 

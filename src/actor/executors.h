@@ -6,7 +6,10 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -29,18 +32,28 @@ class IoExecutor final : public Executor {
   asio::io_context& io_;
 };
 
-class ThreadExecutor final : public Executor {
+// A thread of an actor's own, and the executor that runs on it.
+class ThreadExecutor {
  public:
   ThreadExecutor(Proc* proc, std::string name);
-  // Joins the thread once its queue is empty; from the thread itself (the last reference to
-  // its actor dropped there) it detaches instead.
-  ~ThreadExecutor() override;
-  void post(std::function<void()> fn) override { asio::post(state_->io, std::move(fn)); }
+  // Joins the thread once its queue is empty, logging every kJoinTimeout while a handler that
+  // does not return holds it; from the thread itself (the last reference to its actor dropped
+  // there) it detaches at once.
+  ~ThreadExecutor();
+  ThreadExecutor(const ThreadExecutor&) = delete;
+  ThreadExecutor& operator=(const ThreadExecutor&) = delete;
+  Executor* executor() const { return state_.get(); }
 
  private:
-  struct State {
+  static constexpr std::chrono::seconds kJoinTimeout{5};
+  // The executor the thread binds to: it lives as long as the thread, even a detached one.
+  struct State final : Executor {
+    void post(std::function<void()> fn) override { asio::post(io, std::move(fn)); }
     asio::io_context io{1};
     asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;  // the thread has left run()
   };
   // Shared with the thread, which may outlive this object when it detaches.
   std::shared_ptr<State> state_ = std::make_shared<State>();

@@ -12,7 +12,10 @@
 //
 // Failure: a Proc that cannot serve its address throws Exception from its constructor.
 // Destroying a Proc stops all its actors (gracefully, up to ProcOptions::stop_timeout, then
-// forced) and fails every reply still awaited from it with kCancelled.
+// forced) and fails every reply still awaited from it with kCancelled. A forced stop does not
+// interrupt a handler: destruction waits for a kOwnThread handler that is still running (and
+// logs every 5 s while it does); a handler stuck on the shared I/O thread blocks the whole
+// proc, which the supervision layer's watchdog is there to report.
 #pragma once
 
 #include <chrono>
