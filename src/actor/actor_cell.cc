@@ -170,7 +170,8 @@ void ActorCell::handle_call(CallItem& call) {
   }
   Invocation invocation;
   try {
-    invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts);
+    invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts,
+                                  h.reply ? proc_.reply_header(*h.reply) : wire::Message{});
   } catch (const BadArguments& e) {
     Error error = e.error();
     proc_.call_failed(h, proc_.id, CallFailure::call(
@@ -184,7 +185,7 @@ void ActorCell::handle_call(CallItem& call) {
     return;
   }
   if (auto* reply = std::get_if<wire::Message>(&invocation)) {
-    if (h.reply) proc_.send_to_port(*h.reply, true, std::move(*reply));
+    if (h.reply) proc_.route(h.reply->proc, std::move(*reply));  // header and value, in one body
     return;
   }
   {

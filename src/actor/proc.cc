@@ -121,7 +121,7 @@ void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, d
 PortId Proc::Impl::open_port(detail::PortSink sink, bool once) {
   std::lock_guard lock(ports_mu_);
   std::uint64_t index = next_port_++;
-  ports_.emplace(index, std::make_shared<Port>(Port{std::move(sink), once}));
+  ports_.emplace(index, Port{std::move(sink), once});
   return PortId{id, index};
 }
 
@@ -131,21 +131,31 @@ void Proc::Impl::close_port(std::uint64_t index) {
 }
 
 void Proc::Impl::deliver_port(const detail::PortHeader& header, wire::Message&& msg, std::size_t offset) {
-  std::shared_ptr<Port> port;
+  // The sink runs outside the lock: moved out of a once port, copied from another (its state
+  // is shared, so the copy is cheap).
+  detail::PortSink sink;
   {
     std::lock_guard lock(ports_mu_);
     auto it = header.to.proc == id ? ports_.find(header.to.index) : ports_.end();
     if (it != ports_.end()) {
-      port = it->second;
-      if (port->once) ports_.erase(it);
+      if (it->second.once) {
+        sink = std::move(it->second.sink);
+        ports_.erase(it);
+      } else {
+        sink = it->second.sink;
+      }
     }
   }
-  if (!port) {
+  if (!sink) {
     // A reply nobody waits for any more (a closed receiver, a once port already used).
     log().debug("proc {}: dropping a message for closed port {}", id.addr, header.to.to_string());
     return;
   }
-  port->sink(detail::PortDelivery{header.ok, std::move(msg), offset});
+  sink(detail::PortDelivery{header.ok, std::move(msg), offset});
+}
+
+wire::Message Proc::Impl::reply_header(const PortId& to) {
+  return detail::begin_envelope(detail::Kind::kPort, detail::PortHeader{to, true});
 }
 
 void Proc::Impl::send_to_port(const PortId& to, bool ok, wire::Message&& payload) {
@@ -325,14 +335,14 @@ void Proc::Impl::shutdown() {
   rx_->close();
   for (auto& tx : txs) tx->close();
   // Whatever is still awaited from this proc will not come.
-  std::unordered_map<std::uint64_t, std::shared_ptr<Port>> ports;
+  std::unordered_map<std::uint64_t, Port> ports;
   {
     std::lock_guard lock(ports_mu_);
     ports.swap(ports_);
   }
   detail::CallFailure closed = detail::CallFailure::call( Error(Code::kCancelled, "proc " + id.addr + " shut down"));
   for (auto& [index, port] : ports) {
-    if (port->once) port->sink(detail::PortDelivery{false, wire::encode(closed), 0});
+    if (port.once) port.sink(detail::PortDelivery{false, wire::encode(closed), 0});
   }
 }
 

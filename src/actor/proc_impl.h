@@ -37,6 +37,8 @@ struct Proc::Impl {
   // A value (ok) or a CallFailure, already encoded in `payload`, to a port anywhere.
   void send_to_port(const PortId& to, bool ok, wire::Message&& payload);
   void fail_port(const PortId& to, detail::CallFailure failure);
+  // The envelope of a value for port `to`, to which the value is then appended.
+  wire::Message reply_header(const PortId& to);
   // A call that cannot be handled: fails its reply port, or hands it back to its sender.
   // `at`: the proc the call was addressed to.
   void call_failed(const detail::CallHeader& call, const ProcId& at, detail::CallFailure failure);
@@ -81,7 +83,7 @@ struct Proc::Impl {
     bool once = false;
   };
   std::mutex ports_mu_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Port>> ports_;
+  std::unordered_map<std::uint64_t, Port> ports_;
   std::uint64_t next_port_ = 0;
 
   std::mutex tx_mu_;

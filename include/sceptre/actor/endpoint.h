@@ -105,9 +105,12 @@ class BadArguments : public CallError {
   using CallError::CallError;
 };
 
-// What running an endpoint gives: the encoded reply now, or a Task that will give it.
+// What running an endpoint gives: the encoded reply now, or a Task that will give it. A
+// synchronous endpoint appends its result to `reply` (which may already hold the reply's
+// envelope header) and returns it; a Task's result is encoded on its own.
 using Invocation = std::variant<wire::Message, Task<wire::Message>>;
-using Invoker = Invocation (*)(Actor&, std::span<const std::byte>, std::span<const wire::Part>);
+using Invoker = Invocation (*)(Actor&, std::span<const std::byte>, std::span<const wire::Part>,
+                               wire::Message&& reply);
 
 struct EndpointTable {
   std::string type_name;
@@ -140,7 +143,8 @@ Args decode_arguments(std::span<const std::byte> body, std::span<const wire::Par
 }
 
 template <class A, auto M>
-Invocation invoke(Actor& base, std::span<const std::byte> body, std::span<const wire::Part> parts) {
+Invocation invoke(Actor& base, std::span<const std::byte> body, std::span<const wire::Part> parts,
+                  wire::Message&& reply) {
   using Traits = MemberTraits<decltype(M)>;
   using R = typename Traits::Return;
   auto args = decode_arguments<typename Traits::Args>(body, parts, endpoint_name<A, M>());
@@ -151,10 +155,10 @@ Invocation invoke(Actor& base, std::span<const std::byte> body, std::span<const 
     auto call = [&](auto&... a) -> R { return (self.*M)(std::move(a)...); };
     if constexpr (std::is_void_v<R>) {
       std::apply(call, args);
-      return wire::Message{};
     } else {
-      return wire::encode(std::apply(call, args));
+      wire::encode_into(reply, std::apply(call, args));
     }
+    return std::move(reply);
   }
 }
 

@@ -146,23 +146,31 @@ class Future {
 
   struct Awaiter {
     std::shared_ptr<State> state;
+    std::coroutine_handle<> handle;
+    Executor* executor = nullptr;
+    void* actor = nullptr;
+
     bool await_ready() const { return state->ready(); }
     bool await_suspend(std::coroutine_handle<> h) {
-      Executor* executor = current_executor();
-      void* actor = detail::current_actor_context();
-      return state->on_complete([h, executor, actor] {
-        auto resume = [h, actor] {
-          detail::ActorContextScope scope(actor);
+      handle = h;
+      executor = current_executor();
+      actor = detail::current_actor_context();
+      // The awaiter lives in the suspended coroutine's frame until it resumes, so the callback
+      // needs only its address (small enough for std::function to keep without allocating).
+      return state->on_complete([self = this] { self->resume_from_completion(); });
+    }
+    void resume_from_completion() {
+      // Already on the awaiting actor's executor, outside any handler (a reply read from a
+      // socket): resume now rather than queue a hop through the executor.
+      if (executor && (executor != current_executor() || detail::inside_actor_handler())) {
+        executor->post([h = handle, a = actor] {
+          detail::ActorContextScope scope(a);
           h.resume();
-        };
-        // Already on the awaiting actor's executor, outside any handler (a reply read from a
-        // socket): resume now rather than queue a hop through the executor.
-        if (executor && (executor != current_executor() || detail::inside_actor_handler())) {
-          executor->post(resume);
-        } else {
-          resume();
-        }
-      });
+        });
+      } else {
+        detail::ActorContextScope scope(actor);
+        handle.resume();
+      }
     }
     T await_resume() {
       if constexpr (std::is_void_v<T>) {
