@@ -150,6 +150,7 @@ class Future {
     Executor* executor = nullptr;
     void* actor = nullptr;
 
+    explicit Awaiter(std::shared_ptr<State> s) : state(std::move(s)) {}
     bool await_ready() const { return state->ready(); }
     bool await_suspend(std::coroutine_handle<> h) {
       handle = h;
@@ -180,8 +181,8 @@ class Future {
       }
     }
   };
-  Awaiter operator co_await() && { return Awaiter{state_}; }
-  Awaiter operator co_await() & { return Awaiter{state_}; }
+  Awaiter operator co_await() && { return Awaiter(state_); }
+  Awaiter operator co_await() & { return Awaiter(state_); }
 
   // Runtime and tests: the shared state, for completion callbacks.
   const std::shared_ptr<State>& state() const { return state_; }
