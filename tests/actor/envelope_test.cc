@@ -34,7 +34,9 @@ TEST(EnvelopeTest, CallHeaderRoundTripsAndEveryTruncationFails) {
     cut.body.assign(msg.body.begin(), msg.body.begin() + n);
     auto r = detail::parse_envelope(cut);
     EXPECT_FALSE(r.ok()) << "prefix of " << n << " bytes parsed";
-    if (!r.ok()) EXPECT_EQ(r.error().code(), Code::kDataLoss);
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().code(), Code::kDataLoss);
+    }
   }
   // A length that points past the end.
   wire::Message lying = msg;
