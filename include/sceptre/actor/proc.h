@@ -91,7 +91,9 @@ class Proc {
   // Stops a local actor and its children: messages queued before the stop are handled, then
   // cleanup() runs. Waits up to `timeout`, then forces it (queued messages fail, the actor
   // takes no more; a handler still running is not interrupted). True when graceful; CallError
-  // (kNotFound) when `actor` is not one of this proc's.
+  // (kNotFound) when `actor` is not one of this proc's. Called on the actor's own executor (from
+  // another actor on the same I/O thread) it only asks for the stop and returns false: waiting
+  // there would block the thread that has to do the stopping.
   bool stop(const ActorId& actor, std::chrono::milliseconds timeout);
   template <class A>
   bool stop(const ActorRef<A>& actor, std::chrono::milliseconds timeout) {
