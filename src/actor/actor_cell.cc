@@ -64,21 +64,19 @@ void ActorCell::enqueue(Item item) {
     return;
   }
   queue_.push_back(std::move(item));
+  schedule(lock);
+}
+
+void ActorCell::schedule(std::unique_lock<std::mutex>& lock) {
   if (scheduled_ || busy_) return;
   scheduled_ = true;
   if (executor_ == current_executor() && tl_cell == nullptr) {
-    // Delivered on this actor's own executor outside any handler (from a socket): handle it
+    // On this actor's own executor outside any handler (a message from a socket): handle it
     // now, as a plain socket server would, instead of queueing a hop through the executor.
     lock.unlock();
     drain();
     return;
   }
-  executor_->post([self = shared_from_this()] { self->drain(); });
-}
-
-void ActorCell::schedule_locked() {
-  if (scheduled_ || busy_) return;
-  scheduled_ = true;
   executor_->post([self = shared_from_this()] { self->drain(); });
 }
 
@@ -162,7 +160,7 @@ void ActorCell::handle_call(CallItem& call) {
   if (endpoint == table_.endpoints.end()) {
     std::string known;
     for (const auto& [name, _] : table_.endpoints) known += (known.empty() ? "" : ", ") + name;
-    proc_.call_failed(h, proc_.id, CallFailure::call(
+    proc_.call_failed(h, proc_.id, Failure::call(
                                      Error(Code::kNotFound, "actor " + id_.to_string() + " (" +
                                                                 table_.type_name + ") has no endpoint '" +
                                                                 std::string(h.endpoint) + "'; it has: " + known)));
@@ -174,7 +172,7 @@ void ActorCell::handle_call(CallItem& call) {
                                   h.reply ? proc_.reply_header(*h.reply) : wire::Message{});
   } catch (const BadArguments& e) {
     Error error = e.error();
-    proc_.call_failed(h, proc_.id, CallFailure::call(
+    proc_.call_failed(h, proc_.id, Failure::call(
                                      std::move(error).with_context("call to " + id_.to_string())));
     return;
   } catch (const std::exception& e) {
@@ -196,12 +194,12 @@ void ActorCell::handle_call(CallItem& call) {
       .start_detached([self = shared_from_this(), reply = h.reply, endpoint = std::string(h.endpoint)](
                           std::function<wire::Message()> outcome) {
         self->call_done(reply, endpoint, outcome);
-        std::lock_guard lock(self->mu_);
+        std::unique_lock lock(self->mu_);
         self->busy_ = false;
         if (terminal(self->status_)) {
           self->executor_->post([self] { self->finalize(); });
         } else if (!self->queue_.empty() || self->next_ < self->batch_.size()) {
-          self->schedule_locked();
+          self->schedule(lock);
         }
       });
 }
@@ -225,7 +223,7 @@ void ActorCell::endpoint_threw(const std::optional<PortId>& reply, std::string_v
                                std::string type, std::string what) {
   if (reply) {
     // Someone waits: the exception is theirs, and the actor lives on.
-    CallFailure f{CallFailure::kRemote, Error(Code::kUnknown, what), type, what, id_.to_string(),
+    Failure f{Failure::kRemote, Error(Code::kUnknown, what), type, what, id_.to_string(),
                   std::string(endpoint)};
     proc_.send_to_port(*reply, false, wire::encode(f));
     return;
@@ -372,7 +370,7 @@ void ActorCell::reject_call(const CallHeader& header, ActorStatus status, const 
   std::string text = "actor " + id_.to_string() + " is " + std::string(status_name(status)) +
                      (reason.empty() ? "" : " (" + reason + ")") + ": call to '" + std::string(header.endpoint) +
                      "' not handled";
-  proc_.call_failed(header, proc_.id, CallFailure::supervision(
+  proc_.call_failed(header, proc_.id, Failure::supervision(
                                         Error(status == ActorStatus::kFailed ? Code::kAborted
                                                                               : Code::kUnavailable,
                                               std::move(text))));

@@ -71,7 +71,9 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   void force_stop();
 
  private:
-  void schedule_locked();
+  // Drains now (on the executor, outside handlers) or posts a drain, unless one is pending or a
+  // Task is in flight. Called with mu_ held; may release it.
+  void schedule(std::unique_lock<std::mutex>& lock);
   void drain();
   void handle(Item& item);
   void handle_call(CallItem& call);

@@ -38,7 +38,7 @@ wire::Message encode_call_header(const ActorId& to, std::string_view endpoint,
 
 struct PortHeader {
   PortId to;
-  bool ok = false;  // a value follows; else a CallFailure
+  bool ok = false;  // a value follows; else a Failure
   SCEPTRE_FIELDS(to, ok)
 };
 
@@ -55,9 +55,6 @@ struct BounceHeader {
   Undeliverable what;
   SCEPTRE_FIELDS(to, what)
 };
-
-// Why a reply is not a value: see Failure.
-using CallFailure = ::sceptre::Failure;
 
 using Header = std::variant<CallHeader, PortHeader, SpawnHeader, BounceHeader>;
 

@@ -14,9 +14,6 @@ Executor* current_executor() { return tl_executor; }
 
 namespace detail {
 
-ExecutorScope::ExecutorScope(Executor* executor) : previous_(tl_executor) { tl_executor = executor; }
-ExecutorScope::~ExecutorScope() { tl_executor = previous_; }
-
 void bind_proc_thread(Proc* proc);  // proc.cc
 
 void bind_thread(Executor* executor, Proc* proc) {

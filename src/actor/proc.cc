@@ -42,7 +42,8 @@ void Proc::Impl::start() {
   // is set, which its handlers read).
   ctx.impl().run_sync([this] { detail::bind_thread(&io_executor, &self); });
   rx_ = serve_or_throw(*this, options.listen.empty() ? default_listen() : options.listen);
-  id = ProcId{rx_->address().to_string()};
+  // Written on the I/O thread, whose handlers read it; the caller reads it after run_sync.
+  ctx.impl().run_sync([this] { id = ProcId{rx_->address().to_string()}; });
 }
 
 void Proc::Impl::route(const ProcId& to, wire::Message&& msg) {
@@ -91,7 +92,7 @@ std::shared_ptr<detail::ActorCell> Proc::Impl::find_local(std::string_view name,
 void Proc::Impl::deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset) {
   auto cell = find_local(header.to_name, header.to_index);
   if (!cell) {
-    call_failed(header, id, detail::CallFailure::call(
+    call_failed(header, id, Failure::call(
                                 Error(Code::kNotFound, "no actor " + header.to(id).to_string() + " in proc " + id.addr)));
     return;
   }
@@ -107,7 +108,7 @@ void Proc::Impl::deliver_bounce(detail::BounceHeader&& header) {
   }
 }
 
-void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, detail::CallFailure failure) {
+void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, Failure failure) {
   if (call.reply) {
     fail_port(*call.reply, std::move(failure));
     return;
@@ -166,7 +167,7 @@ void Proc::Impl::send_to_port(const PortId& to, bool ok, wire::Message&& payload
   route(to.proc, std::move(msg));
 }
 
-void Proc::Impl::fail_port(const PortId& to, detail::CallFailure failure) {
+void Proc::Impl::fail_port(const PortId& to, Failure failure) {
   send_to_port(to, false, wire::encode(failure));
 }
 
@@ -219,9 +220,9 @@ void Proc::Impl::undeliverable(wire::Message&& msg, const Error& error, const Pr
     Error e(error.code() == Code::kCancelled ? Code::kCancelled : Code::kUnavailable,
             "call to '" + std::string(call->endpoint) + "' of " + call->to(to).to_string() + " undeliverable: " +
                 error.to_string());
-    call_failed(*call, to, detail::CallFailure::call( std::move(e)));
+    call_failed(*call, to, Failure::call( std::move(e)));
   } else if (auto* spawn = std::get_if<detail::SpawnHeader>(&parsed->header)) {
-    fail_port(spawn->reply, detail::CallFailure::call(
+    fail_port(spawn->reply, Failure::call(
                                                 Error(Code::kUnavailable, "spawn of '" + spawn->name +
                                                                               "' undeliverable: " +
                                                                               error.to_string())));
@@ -270,7 +271,7 @@ namespace sceptre {
 
 void Proc::Impl::deliver_spawn(const detail::SpawnHeader& header, wire::Message&& msg, std::size_t offset) {
   auto failed = [&](Code code, std::string text) {
-    fail_port(header.reply, detail::CallFailure::call(
+    fail_port(header.reply, Failure::call(
                                                 Error(code, "spawn of '" + header.name + "' in proc " +
                                                                 id.addr + ": " + std::move(text))));
   };
@@ -340,7 +341,7 @@ void Proc::Impl::shutdown() {
     std::lock_guard lock(ports_mu_);
     ports.swap(ports_);
   }
-  detail::CallFailure closed = detail::CallFailure::call( Error(Code::kCancelled, "proc " + id.addr + " shut down"));
+  Failure closed = Failure::call( Error(Code::kCancelled, "proc " + id.addr + " shut down"));
   for (auto& [index, port] : ports) {
     if (port.once) port.sink(detail::PortDelivery{false, wire::encode(closed), 0});
   }
@@ -413,7 +414,7 @@ wire::Message Proc::begin_spawn(const std::string& key, const std::string& name,
   return detail::begin_envelope(detail::Kind::kSpawn, detail::SpawnHeader{key, name, reply});
 }
 
-void Proc::send_spawn(const ProcId& where, wire::Message&& msg, const PortId&) {
+void Proc::send_spawn(const ProcId& where, wire::Message&& msg) {
   impl_->route(where, std::move(msg));
 }
 

@@ -34,14 +34,14 @@ struct Proc::Impl {
   // A message for this proc: parse the envelope and deliver it. Any thread.
   void on_message(wire::Message&& msg);
 
-  // A value (ok) or a CallFailure, already encoded in `payload`, to a port anywhere.
+  // A value (ok) or a Failure, already encoded in `payload`, to a port anywhere.
   void send_to_port(const PortId& to, bool ok, wire::Message&& payload);
-  void fail_port(const PortId& to, detail::CallFailure failure);
+  void fail_port(const PortId& to, Failure failure);
   // The envelope of a value for port `to`, to which the value is then appended.
   wire::Message reply_header(const PortId& to);
   // A call that cannot be handled: fails its reply port, or hands it back to its sender.
   // `at`: the proc the call was addressed to.
-  void call_failed(const detail::CallHeader& call, const ProcId& at, detail::CallFailure failure);
+  void call_failed(const detail::CallHeader& call, const ProcId& at, Failure failure);
 
   PortId open_port(detail::PortSink sink, bool once);
   void close_port(std::uint64_t index);

@@ -46,7 +46,12 @@ class PeerProcess {
   }
   ~PeerProcess() {
     ::close(stdin_);
-    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+    if (pid_ > 0) {
+      // A clean exit, so a sanitizer's report in the peer fails the test too.
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "peer exit status " << status;
+    }
   }
   void kill() {
     ::kill(pid_, SIGKILL);

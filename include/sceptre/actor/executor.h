@@ -21,7 +21,6 @@ class Executor {
 Executor* current_executor();
 
 namespace detail {
-// Sets current_executor() for the scope of a handler; restores the previous value.
 // True while an actor's handler runs on this thread. Completions arriving outside any handler
 // (on an executor's own loop, e.g. from a socket) may run actor code inline instead of
 // posting it; inside a handler they never do, so one actor's code never nests in another's.
@@ -41,16 +40,6 @@ class ActorContextScope {
   void* previous_;
 };
 
-class ExecutorScope {
- public:
-  explicit ExecutorScope(Executor* executor);
-  ~ExecutorScope();
-  ExecutorScope(const ExecutorScope&) = delete;
-  ExecutorScope& operator=(const ExecutorScope&) = delete;
-
- private:
-  Executor* previous_;
-};
 }  // namespace detail
 
 }  // namespace sceptre

@@ -84,7 +84,7 @@ class Proc {
     });
     wire::Message msg = begin_spawn(Registration::key(), name, reply);
     wire::encode_into(msg, std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...));
-    send_spawn(where, std::move(msg), reply);
+    send_spawn(where, std::move(msg));
     return Future<ActorRef<A>>(std::move(state));
   }
 
@@ -122,7 +122,7 @@ class Proc {
                 std::string name, detail::ActorCell* parent);
   PortId open_port_here(detail::PortSink sink);
   wire::Message begin_spawn(const std::string& key, const std::string& name, const PortId& reply);
-  void send_spawn(const ProcId& where, wire::Message&& msg, const PortId& reply);
+  void send_spawn(const ProcId& where, wire::Message&& msg);
 
   std::unique_ptr<Impl> impl_;
 };
