@@ -1,7 +1,11 @@
 // The handshake against hand-made peers: replays, strangers, incompatible versions.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "channel/context_impl.h"
 #include "channel/handshake.h"
@@ -12,7 +16,43 @@ namespace {
 
 class Handshake : public ::testing::TestWithParam<Transport> {
  protected:
+  // A hand-made server: accepts connections and runs `script` on each, on a thread of its own.
+  // The threads are joined before the test ends, so nothing they allocated (OpenSSL's
+  // per-thread state, for one) is still in flight when the process exits.
+  template <class Script>
+  void fake_server(const ChannelAddr& addr, Script script, std::unique_ptr<Listener>& keep) {
+    ctx_.impl().run_sync([&] {
+      auto l = listen(ctx_.impl().io, addr, [this, script](int fd) {
+        std::lock_guard lock(mu_);
+        fds_.push_back(fd);
+        scripts_.emplace_back([fd, script] {
+          int flags = ::fcntl(fd, F_GETFL);
+          ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+          script(fd);
+        });
+      });
+      ASSERT_TRUE(l.ok());
+      keep = std::move(*l);
+    });
+  }
+
+  void TearDown() override {
+    std::vector<std::thread> scripts;
+    std::vector<int> fds;
+    {
+      std::lock_guard lock(mu_);
+      scripts.swap(scripts_);
+      fds.swap(fds_);
+    }
+    for (int fd : fds) ::shutdown(fd, SHUT_RDWR);  // unblocks a script waiting in recv
+    for (auto& t : scripts) t.join();
+    for (int fd : fds) ::close(fd);
+  }
+
   Context ctx_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> scripts_;
 };
 
 bool send_frame(int fd, wire::FrameKind kind, const wire::Message& m) {
@@ -73,24 +113,6 @@ TEST_P(Handshake, AnIncompatibleClientIsToldBothVersions) {
   ::close(fd);
 }
 
-// A hand-made server: accepts one connection and runs `script` on it.
-template <class Script>
-void fake_server(const ChannelAddr& addr, Script script, std::unique_ptr<Listener>& keep,
-                 Context& ctx) {
-  ctx.impl().run_sync([&] {
-    auto l = listen(ctx.impl().io, addr, [script](int fd) {
-      std::thread([fd, script] {
-        int flags = ::fcntl(fd, F_GETFL);
-        ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-        script(fd);
-        ::close(fd);
-      }).detach();
-    });
-    ASSERT_TRUE(l.ok());
-    keep = std::move(*l);
-  });
-}
-
 // Dials the fake server and returns the error the Tx fails with.
 Error dial_and_fail(Context& ctx, std::unique_ptr<Listener>& listener) {
   auto tx = dial(ctx, listener->address(), fast_options());
@@ -111,7 +133,7 @@ TEST_P(Handshake, AClientRefusesAnIncompatibleServerNamingBothVersions) {
     send_frame(fd, wire::FrameKind::kChallenge, wire::encode(c));
     char b;
     ::recv(fd, &b, 1, 0);
-  }, listener, ctx_);
+  }, listener);
   Error e = dial_and_fail(ctx_, listener);
   EXPECT_EQ(e.code(), Code::kFailedPrecondition);
   EXPECT_NE(e.message().find("protocol 42 (build 0.42.0)"), std::string::npos) << e.message();
@@ -128,7 +150,7 @@ TEST_P(Handshake, AClientRefusesAnImpostorServer) {
     send_frame(fd, wire::FrameKind::kChallenge, wire::encode(c));
     char b;
     ::recv(fd, &b, 1, 0);
-  }, listener, ctx_);
+  }, listener);
   EXPECT_EQ(dial_and_fail(ctx_, listener).code(), Code::kUnauthenticated);
 }
 
@@ -139,7 +161,7 @@ TEST_P(Handshake, AServerThatIsNotSceptreIsAPermanentError) {
     ::send(fd, http, sizeof(http) - 1, MSG_NOSIGNAL);
     char b;
     ::recv(fd, &b, 1, 0);
-  }, listener, ctx_);
+  }, listener);
   EXPECT_NE(dial_and_fail(ctx_, listener).message().find("does not speak the sceptre protocol"),
             std::string::npos);
 }
