@@ -15,6 +15,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc    # gRPC: the other peer of the actor benchmark ...
   libprotobuf-dev protobuf-compiler       # ... and the protobuf it generates its stubs with
   iproute2 util-linux                     # taskset for pinned benchmarks
+  nlohmann-json3-dev                      # JSON: configuration files
+  openmpi-bin libopenmpi-dev              # Open MPI: the reference of the mesh benchmark
 )
 
 missing=()
