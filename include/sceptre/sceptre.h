@@ -1,4 +1,4 @@
-// Everything a user of sceptre's actor runtime needs, in one include.
+// Everything a user of sceptre's actor runtime and meshes needs, in one include.
 #pragma once
 
 #include "sceptre/actor/actor.h"
@@ -9,4 +9,10 @@
 #include "sceptre/actor/port.h"
 #include "sceptre/actor/proc.h"
 #include "sceptre/actor/task.h"
+#include "sceptre/core/config.h"
 #include "sceptre/core/ids.h"
+#include "sceptre/mesh/actor_mesh.h"
+#include "sceptre/mesh/extent.h"
+#include "sceptre/mesh/runtime.h"
+#include "sceptre/mesh/selection.h"
+#include "sceptre/mesh/slice.h"

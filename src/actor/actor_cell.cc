@@ -15,6 +15,7 @@ thread_local ActorCell* tl_cell = nullptr;  // the actor whose handler runs on t
 }  // namespace
 
 ActorCell* current_cell() { return tl_cell; }
+const void* current_call_context() { return tl_cell ? tl_cell->call_context().get() : nullptr; }
 
 }  // namespace sceptre::detail
 
@@ -166,6 +167,7 @@ void ActorCell::handle_call(CallItem& call) {
                                                                 std::string(h.endpoint) + "'; it has: " + known)));
     return;
   }
+  context_ = call.context;  // cleared once the call is done, synchronously or by its Task
   Invocation invocation;
   try {
     invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts,
@@ -183,6 +185,7 @@ void ActorCell::handle_call(CallItem& call) {
     return;
   }
   if (auto* reply = std::get_if<wire::Message>(&invocation)) {
+    context_.reset();
     if (h.reply) proc_.route(h.reply->proc, std::move(*reply));  // header and value, in one body
     return;
   }
@@ -193,6 +196,7 @@ void ActorCell::handle_call(CallItem& call) {
   std::get<Task<wire::Message>>(std::move(invocation))
       .start_detached([self = shared_from_this(), reply = h.reply, endpoint = std::string(h.endpoint)](
                           std::function<wire::Message()> outcome) {
+        self->context_.reset();
         self->call_done(reply, endpoint, outcome);
         std::unique_lock lock(self->mu_);
         self->busy_ = false;
@@ -361,7 +365,9 @@ void ActorCell::reject(Item& item, ActorStatus status, const std::string& reason
   if (auto* call = std::get_if<CallItem>(&item)) {
     reject_call(call->header, status, reason);
   } else if (auto* bounce = std::get_if<BounceItem>(&item)) {
-    log().warn("actor {} is {}; dropping an undeliverable notice: {}", id_.to_string(),
+    // Nobody is left to act on it (typically: the proc is shutting down and its channels fail
+    // what they had not yet seen acknowledged).
+    log().debug("actor {} is {}; dropping an undeliverable notice: {}", id_.to_string(),
                status_name(status), bounce->what.error.to_string());
   }
 }

@@ -29,6 +29,8 @@ namespace sceptre::detail {
 class ActorCell;
 // The actor whose handler runs on this thread, if any (the sender of calls made from it).
 ActorCell* current_cell();
+// The context of the call being handled on this thread (see CallItem), or null.
+const void* current_call_context();
 
 struct StartItem {};
 struct StopItem {};
@@ -36,6 +38,9 @@ struct CallItem {
   CallHeader header;
   wire::Message msg;
   std::size_t offset = 0;
+  // Set by the layer that delivered the call locally (a mesh cast: the receiver's rank in the
+  // view it was sent to); readable by the handler through call_context() until it completes.
+  std::shared_ptr<const void> context;
 };
 // A child reached a terminal status; `failure` when it failed.
 struct ChildItem {
@@ -59,6 +64,8 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   Proc& proc() const;
   Executor* executor() const { return executor_; }
   ActorStatus status() const;
+  // The context of the call being handled (see CallItem), or null. Executor only.
+  const std::shared_ptr<const void>& call_context() const { return context_; }
   // Why it stopped or failed (empty while alive).
   std::string reason() const;
 
@@ -117,6 +124,7 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   std::atomic<bool> halted_{false};
   bool running_ = false;  // status_ == kRunning, readable without the lock. Executor only.  // terminal: the drain loop stops (set from any thread)
   bool finalized_ = false;
+  std::shared_ptr<const void> context_;  // of the call being handled. Executor only.
   ActorStatus status_ = ActorStatus::kCreated;
   std::string reason_;
   std::vector<std::shared_ptr<ActorCell>> children_;  // live ones

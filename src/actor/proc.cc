@@ -22,7 +22,10 @@ std::unique_ptr<channel::Rx> serve_or_throw(Proc::Impl& impl, const std::string&
   auto addr = channel::ChannelAddr::parse(listen);
   if (!addr) throw Exception(std::move(addr).error());
   auto rx = channel::serve(impl.ctx, *addr, impl.options.channel,
-                           [&impl](wire::Message m) { impl.on_message(std::move(m)); });
+                           [&impl](wire::Message m) {
+                             impl.remote_received.fetch_add(1, std::memory_order_relaxed);
+                             impl.on_message(std::move(m));
+                           });
   if (!rx) throw Exception(Error(rx.error()).with_context("proc serving " + listen));
   return std::move(*rx);
 }
@@ -89,14 +92,25 @@ std::shared_ptr<detail::ActorCell> Proc::Impl::find_local(std::string_view name,
   return it->second;
 }
 
-void Proc::Impl::deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset) {
+void Proc::Impl::deliver_local_call(wire::Message&& msg, std::shared_ptr<const void> context) {
+  auto parsed = detail::parse_envelope(msg);
+  auto* header = parsed ? std::get_if<detail::CallHeader>(&parsed->header) : nullptr;
+  if (!header) {
+    log().error("proc {}: dropping a local call that is not one", id.addr);
+    return;
+  }
+  deliver_call(std::move(*header), std::move(msg), parsed->offset, std::move(context));
+}
+
+void Proc::Impl::deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset,
+                              std::shared_ptr<const void> context) {
   auto cell = find_local(header.to_name, header.to_index);
   if (!cell) {
     call_failed(header, id, Failure::call(
                                 Error(Code::kNotFound, "no actor " + header.to(id).to_string() + " in proc " + id.addr)));
     return;
   }
-  cell->enqueue(detail::CallItem{std::move(header), std::move(msg), offset});
+  cell->enqueue(detail::CallItem{std::move(header), std::move(msg), offset, std::move(context)});
 }
 
 void Proc::Impl::deliver_bounce(detail::BounceHeader&& header) {
@@ -203,6 +217,7 @@ std::shared_ptr<channel::Tx> Proc::Impl::tx_for(const ProcId& to, Error& error) 
 }
 
 void Proc::Impl::send_remote(const ProcId& to, wire::Message&& msg) {
+  remote_sent.fetch_add(1, std::memory_order_relaxed);
   Error error;
   auto tx = tx_for(to, error);
   if (!tx) {
@@ -367,6 +382,11 @@ Proc::~Proc() {
 }
 
 const ProcId& Proc::id() const { return impl_->id; }
+
+ProcStats Proc::stats() const {
+  return ProcStats{impl_->remote_sent.load(std::memory_order_relaxed),
+                   impl_->remote_received.load(std::memory_order_relaxed)};
+}
 
 Proc& Proc::current() {
   if (tl_proc) return *tl_proc;

@@ -34,6 +34,10 @@ struct Proc::Impl {
   // A message for this proc: parse the envelope and deliver it. Any thread.
   void on_message(wire::Message&& msg);
 
+  // A call (begun by begin_call, arguments appended) for an actor of this proc, handed to it with
+  // `context` (see CallItem). Failures go where a routed call's would. Any thread.
+  void deliver_local_call(wire::Message&& msg, std::shared_ptr<const void> context);
+
   // A value (ok) or a Failure, already encoded in `payload`, to a port anywhere.
   void send_to_port(const PortId& to, bool ok, wire::Message&& payload);
   void fail_port(const PortId& to, Failure failure);
@@ -60,9 +64,13 @@ struct Proc::Impl {
   channel::Context ctx;  // the I/O thread; declared first so that it is destroyed last
   detail::IoExecutor io_executor{ctx.impl().io};
   ProcId id;
+  // Messages this proc sent to other procs and received from them (ProcStats).
+  std::atomic<std::uint64_t> remote_sent{0};
+  std::atomic<std::uint64_t> remote_received{0};
 
  private:
-  void deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset);
+  void deliver_call(detail::CallHeader&& header, wire::Message&& msg, std::size_t offset,
+                    std::shared_ptr<const void> context = nullptr);
   void deliver_port(const detail::PortHeader& header, wire::Message&& msg, std::size_t offset);
   void deliver_spawn(const detail::SpawnHeader& header, wire::Message&& msg, std::size_t offset);
   void deliver_bounce(detail::BounceHeader&& header);

@@ -198,6 +198,10 @@ const std::vector<Field>& fields() {
       field("cast_fanout", &Config::cast_fanout, SizeKind{2},
             "Children per node of the tree a cast travels down: a smaller fanout means a deeper "
             "tree and less sending per proc."),
+      field("cast_root_fanout", &Config::cast_root_fanout, SizeKind{1},
+            "Children of the sender's own node, the first level of a cast's tree: with 1 the sender "
+            "hands the whole cast to the mesh's first proc and sends and receives one message per "
+            "cast, whatever the size of the mesh."),
       field("spawn_timeout", &Config::spawn_timeout, DurationKind{milliseconds(1)},
             "How long `spawn_procs` and `spawn` wait for every member of a mesh before they fail."),
       field("stop_timeout", &Config::stop_timeout, DurationKind{},

@@ -70,7 +70,7 @@ TEST(Config, ToJsonRoundTripsEveryField) {
     EXPECT_EQ(*back, c) << text;
   }
   EXPECT_EQ(Config{}.to_json(),
-            R"({"cast_fanout":16,"spawn_timeout":"30s","stop_timeout":"5s","transport":"unix",)"
+            R"({"cast_fanout":16,"cast_root_fanout":1,"spawn_timeout":"30s","stop_timeout":"5s","transport":"unix",)"
             R"("log_fold":true,"log_fold_window":"100ms","stderr_tail_lines":20,"log_level":"info"})");
 }
 
@@ -127,7 +127,7 @@ TEST(Config, UnknownKeyIsNamedAndTheKnownOnesListed) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code(), Code::kInvalidArgument);
   EXPECT_NE(c.error().message().find("\"cast_fanuot\""), std::string::npos);
-  EXPECT_NE(c.error().message().find("cast_fanout, spawn_timeout"), std::string::npos) << c.error().message();
+  EXPECT_NE(c.error().message().find("cast_fanout, cast_root_fanout, spawn_timeout"), std::string::npos) << c.error().message();
 }
 
 TEST(Config, TextThatIsNotAJsonObjectIsRejected) {

@@ -24,6 +24,21 @@
 
 namespace sceptre {
 
+namespace detail {
+// The argument tuple of endpoint M of actor A, built from `args`, with the checks that make a
+// wrong endpoint or argument list a compile error that says what is wrong.
+template <class A, auto M, class... Vs>
+typename MemberTraits<decltype(M)>::Args endpoint_args(Vs&&... args) {
+  using Traits = MemberTraits<decltype(M)>;
+  static_assert(RegisteredActor<A>, "the actor type has no SCEPTRE_ACTOR(...) line");
+  static_assert(std::is_base_of_v<typename Traits::Class, A>, "the endpoint is not a member of this actor");
+  static_assert(endpoint_name<A, M>() != nullptr, "the endpoint is not listed in the actor's SCEPTRE_ACTOR(...) line");
+  using Params = typename Traits::Args;
+  static_assert(std::tuple_size_v<Params> == sizeof...(Vs), "wrong number of arguments for this endpoint");
+  return Params(std::forward<Vs>(args)...);
+}
+}  // namespace detail
+
 template <class A>
 class ActorRef {
  public:
@@ -54,14 +69,7 @@ class ActorRef {
  private:
   template <auto M, class... Vs>
   void dispatch(const std::optional<PortId>& reply, Vs&&... args) const {
-    using Traits = detail::MemberTraits<decltype(M)>;
-    static_assert(detail::RegisteredActor<A>, "the actor type has no SCEPTRE_ACTOR(...) line");
-    static_assert(std::is_base_of_v<typename Traits::Class, A>, "the endpoint is not a member of this actor");
-    static_assert(detail::endpoint_name<A, M>() != nullptr,
-                  "the endpoint is not listed in the actor's SCEPTRE_ACTOR(...) line");
-    using Params = typename Traits::Args;
-    static_assert(std::tuple_size_v<Params> == sizeof...(Vs), "wrong number of arguments for this endpoint");
-    Params values(std::forward<Vs>(args)...);
+    auto values = detail::endpoint_args<A, M>(std::forward<Vs>(args)...);
     wire::Message msg = detail::begin_call(id_, detail::endpoint_name<A, M>(), reply);
     wire::encode_into(msg, values);
     detail::send_call(id_, std::move(msg));

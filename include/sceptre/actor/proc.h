@@ -45,6 +45,12 @@ struct ProcOptions {
   std::chrono::milliseconds stop_timeout{5'000};
 };
 
+// What a proc has exchanged with other procs, counted since it started.
+struct ProcStats {
+  std::uint64_t messages_sent = 0;      // handed to a channel (or failed as undeliverable)
+  std::uint64_t messages_received = 0;  // from a channel
+};
+
 class Proc {
  public:
   explicit Proc(ProcOptions options = {});
@@ -99,6 +105,8 @@ class Proc {
   bool stop(const ActorRef<A>& actor, std::chrono::milliseconds timeout) {
     return stop(actor.id(), timeout);
   }
+
+  ProcStats stats() const;
 
   // The status of a local actor; nullopt when this proc never had it.
   std::optional<ActorStatus> status(const ActorId& actor) const;

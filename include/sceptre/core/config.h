@@ -28,6 +28,7 @@ namespace sceptre {
 
 struct Config {
   std::size_t cast_fanout = 16;                      // children per node of a cast tree (>= 2)
+  std::size_t cast_root_fanout = 1;                  // children of the sender's own node (>= 1)
   std::chrono::milliseconds spawn_timeout{30'000};   // how long spawn_procs / spawn wait for members
   std::chrono::milliseconds stop_timeout{5'000};     // graceful stop of actors and procs before it is forced
   std::string transport = "unix";                    // "unix" or "tcp": what procs serve

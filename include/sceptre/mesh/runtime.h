@@ -1,0 +1,162 @@
+// Runtime, HostMesh and ProcMesh: the single controller.
+//
+//   int main(int argc, char** argv) {
+//     sceptre::Runtime runtime(argc, argv);   // first: in a proc, this never returns
+//     auto procs = sceptre::this_host().spawn_procs({{"gpus", 4}});
+//     auto workers = procs.spawn<Worker>("worker", 0.1f);
+//     float total = workers.sum<&Worker::step>(batch).get(30s);
+//   }
+//
+// Bootstrap: spawn_procs starts the controller's own binary again, with the same command line
+// and SCEPTRE_ROLE=proc in its environment. There the Runtime constructor becomes the proc: it
+// serves a Proc, reports to the controller that it is up, and runs actors until the controller
+// lets it go or dies; then it exits without ever returning to main. So construct the Runtime
+// before anything in main that a proc must not do.
+//
+// The local host is served by a host agent inside the controller (no daemon): it starts the
+// procs, prints their output line by line as "[mesh rank] line" (identical lines from many ranks
+// folded into one, see Config::log_fold), and holds each proc's lifeline, a pipe whose closing —
+// by ProcMesh::stop(), or by the kernel when the controller dies in any way, SIGKILL included —
+// makes the proc stop itself.
+//
+// Every proc's environment has RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT (a free port of the controller's host, the same for every proc of one spawn), and
+// sceptre's own: SCEPTRE_ROLE, SCEPTRE_MESH, SCEPTRE_RANK, SCEPTRE_EXTENT, SCEPTRE_CONFIG (the
+// controller's effective Config), SCEPTRE_SECRET, SCEPTRE_BOOT and SCEPTRE_LIFELINE.
+//
+// Threads: a Runtime is made once, on the main thread; meshes may be used from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sceptre/actor/errors.h"
+#include "sceptre/actor/proc.h"
+#include "sceptre/core/config.h"
+#include "sceptre/mesh/actor_mesh.h"
+#include "sceptre/mesh/extent.h"
+#include "sceptre/mesh/view.h"
+
+namespace sceptre {
+
+class ProcMesh;
+
+namespace detail {
+struct ProcMeshState;
+struct RuntimeState;
+
+// The actors of one spawn, from the ActorRefs of each proc's members (proc-major order).
+std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std::string& name,
+                                                const Extent& per_proc, std::vector<ActorId> actors);
+std::chrono::milliseconds spawn_timeout();
+}  // namespace detail
+
+// The hosts of the job. For now, the controller's own host.
+class HostMesh {
+ public:
+  // Starts one proc per point of `extent` on every host of this mesh and returns once each has
+  // reported that it is up. Throws CallError naming the first member that did not come up and
+  // why: its exit status and the tail of its stderr, or that it did not report within
+  // Config::spawn_timeout. Members already started are stopped before it throws.
+  ProcMesh spawn_procs(const Extent& extent, std::string name = "procs") const;
+};
+
+class Runtime {
+ public:
+  // In a proc (SCEPTRE_ROLE=proc), never returns. In the controller: reads the configuration
+  // (Config::load() unless one is given), makes the controller's Proc and its host agent.
+  // Throws Exception when the configuration is bad or a Runtime exists already.
+  Runtime(int argc, char** argv);
+  Runtime(int argc, char** argv, Config config);
+  // Stops every mesh still running (their procs exit), then the controller's Proc.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The runtime of this process; CallError (kFailedPrecondition) when there is none.
+  static Runtime& current();
+  const Config& config() const;
+  Proc& proc();
+  HostMesh this_host() const { return HostMesh{}; }
+
+  std::shared_ptr<detail::RuntimeState> state() const { return state_; }
+
+ private:
+  std::shared_ptr<detail::RuntimeState> state_;
+};
+
+// The controller's host (Runtime::current().this_host()).
+HostMesh this_host();
+
+// Procs started by one spawn_procs, or a slice of them.
+class ProcMesh {
+ public:
+  ProcMesh() = default;
+
+  const std::string& name() const { return view_.name(); }
+  const Extent& extent() const { return view_.extent(); }
+  std::size_t size() const { return view_.size(); }
+  const ProcId& proc(std::size_t rank) const { return view_.actor(rank).proc; }
+  // The OS process of a member (on its host).
+  int pid(std::size_t rank) const;
+
+  ProcMesh slice(std::string_view dim, std::size_t index) const { return ProcMesh(state_, view_.slice(dim, index)); }
+  ProcMesh slice(std::string_view dim, Range range) const { return ProcMesh(state_, view_.slice(dim, range)); }
+  ProcMesh select(std::string_view selection, std::uint64_t seed = 0) const {
+    return ProcMesh(state_, view_.select(selection, seed));
+  }
+
+  // One actor of type A in every proc, built there from `args` (which travel encoded); returns
+  // once all are running. The mesh has this mesh's extent. Throws CallError naming the first
+  // member whose constructor threw, or that did not answer within Config::spawn_timeout.
+  template <class A, class... Args>
+  ActorMesh<A> spawn(std::string name, Args&&... args) const {
+    return spawn_many<A>(std::move(name), Extent(), std::forward<Args>(args)...);
+  }
+  // `per_proc.num_ranks()` actors in every proc: the mesh's extent is this mesh's followed by
+  // `per_proc` (whose dimension names must differ from this mesh's).
+  template <class A, class... Args>
+  ActorMesh<A> spawn_many(std::string name, const Extent& per_proc, Args&&... args) const {
+    Proc& here = Proc::current();
+    const std::size_t m = per_proc.num_ranks();
+    std::vector<Future<ActorRef<A>>> pending;
+    pending.reserve(size() * m);
+    for (std::size_t p = 0; p < size(); ++p) {
+      for (std::size_t i = 0; i < m; ++i) pending.push_back(here.spawn_on<A>(proc(p), name, args...));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + detail::spawn_timeout();
+    std::vector<ActorId> actors;
+    actors.reserve(pending.size());
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+      try {
+        auto left = std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero());
+        actors.push_back(pending[k].get(left).id());
+      } catch (const Exception& e) {
+        const std::size_t p = k / m;
+        throw CallError(Error(Code::kUnavailable, "spawning '" + name + "' on rank " + std::to_string(p) + " " +
+                                                      extent().point(p).to_string() + " of '" + this->name() +
+                                                      "' (pid " + std::to_string(pid(p)) + "): " + e.what()));
+      }
+    }
+    return ActorMesh<A>(detail::MeshView(detail::make_members(view_, name, per_proc, std::move(actors))));
+  }
+
+  // Stops every proc of the spawn this mesh came from (slices included): each stops its actors
+  // gracefully, up to Config::stop_timeout, then exits; one still there after that is killed.
+  // Returns once all have exited. Idempotent; the last ProcMesh or ActorMesh of a spawn to go
+  // away does it too.
+  void stop() const;
+
+ private:
+  friend class HostMesh;
+  ProcMesh(std::shared_ptr<detail::ProcMeshState> state, detail::MeshView view)
+      : state_(std::move(state)), view_(std::move(view)) {}
+
+  std::shared_ptr<detail::ProcMeshState> state_;
+  detail::MeshView view_;  // a mesh of the procs' cast nodes
+};
+
+}  // namespace sceptre

@@ -1,0 +1,82 @@
+// MeshView: the non-template half of an ActorMesh — which actors it has, how its view of them
+// is shaped, and the cast messages that reach them. Shared by all the views sliced from one
+// spawn; a view is cheap to copy (its members are shared, its rank list is its own).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sceptre/core/ids.h"
+#include "sceptre/mesh/detail/cast.h"
+#include "sceptre/mesh/extent.h"
+
+namespace sceptre {
+
+// A range of one dimension for slicing: [begin, end) with a step.
+struct Range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t step = 1;
+};
+
+namespace detail {
+
+// The actors of one spawn over a ProcMesh.
+struct MeshMembers {
+  std::string name;
+  Extent extent;                        // the procs' extent, then the per-proc extent
+  std::vector<ActorId> actors;          // by rank in `extent`
+  std::vector<std::uint32_t> proc_of;   // the index in `nodes` of each actor's proc
+  std::vector<ActorId> nodes;           // every proc's cast node, in tree order
+  std::size_t fanout = 16;
+  std::size_t root_fanout = 1;
+  std::shared_ptr<const void> keep_alive;  // the procs: they live while a view does
+  // Requests sent by choose() and not yet answered, by rank.
+  std::unique_ptr<std::atomic<std::int64_t>[]> outstanding;
+  mutable std::atomic<std::uint64_t> next_choice{0};
+};
+
+class MeshView {
+ public:
+  MeshView() = default;
+  explicit MeshView(std::shared_ptr<const MeshMembers> members);
+
+  const std::string& name() const { return members_->name; }
+  const std::shared_ptr<const MeshMembers>& members() const { return members_; }
+  const Extent& extent() const { return extent_; }
+  std::size_t size() const { return base_.size(); }
+  // The rank in the spawn's full mesh of the view's `rank`.
+  std::size_t base_rank(std::size_t rank) const;
+  const ActorId& actor(std::size_t rank) const { return members_->actors.at(base_rank(rank)); }
+
+  // Errors are CallError (kInvalidArgument / kOutOfRange) naming the dimension and its size.
+  MeshView slice(std::string_view dim, std::size_t index) const;  // drops the dimension
+  MeshView slice(std::string_view dim, Range range) const;        // keeps it
+  // The ranks a Selection picks (see selection.h), as a one-dimensional view {rank=N}, in rank
+  // order; a selection that keeps the whole grid keeps the view's extent.
+  MeshView select(std::string_view selection, std::uint64_t seed = 0) const;
+  // One member, as a view of extent {} (so it is rank 0 of what it receives).
+  MeshView only(std::size_t rank) const;
+
+  // The member with the fewest requests outstanding from choose(); ties go round robin.
+  std::size_t least_loaded() const;
+  void add_outstanding(std::size_t rank, std::int64_t delta) const;
+
+  // A cast of `endpoint` with the encoded arguments `args` to every member of the view.
+  CastMessage cast_message(std::string_view endpoint, wire::Message&& args, CastMode mode,
+                           std::string reducer = {}) const;
+
+ private:
+  MeshView(std::shared_ptr<const MeshMembers> members, Extent extent, std::vector<std::size_t> base);
+
+  std::shared_ptr<const MeshMembers> members_;
+  Extent extent_;
+  std::vector<std::size_t> base_;  // base rank of each view rank
+};
+
+}  // namespace detail
+}  // namespace sceptre

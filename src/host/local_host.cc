@@ -1,0 +1,340 @@
+#include "host/local_host.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <set>
+
+#include "core/log.h"
+
+extern char** environ;
+
+namespace sceptre::host {
+namespace {
+
+constexpr std::size_t kMaxLine = 64 * 1024;  // a longer line is cut into pieces of this size
+
+Error errno_error(const std::string& what) {
+  return Error(Code::kInternal, what + ": " + std::strerror(errno));
+}
+
+// A pipe whose ends are above 3 (so dup2 onto 0-3 in the child never meets one of them) and
+// close on exec (so no other child inherits them).
+Result<std::pair<int, int>> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return errno_error("pipe2");
+  for (int& fd : fds) {
+    int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    ::close(fd);
+    fd = high;
+  }
+  if (fds[0] < 0 || fds[1] < 0) return errno_error("fcntl(F_DUPFD_CLOEXEC)");
+  return std::pair{fds[0], fds[1]};
+}
+
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("/proc/self/exe");
+}
+
+ExitStatus decode_status(int status) {
+  ExitStatus s;
+  if (WIFEXITED(status)) s.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) s.signal = WTERMSIG(status);
+  return s;
+}
+
+}  // namespace
+
+std::string ExitStatus::to_string() const {
+  if (signal) return "killed by signal " + std::to_string(signal) + " (" + ::strsignal(signal) + ")";
+  return "exit code " + std::to_string(code);
+}
+
+LocalHost::LocalHost(std::vector<std::string> argv, Options options)
+    : argv_(std::move(argv)),
+      options_(options),
+      folder_(options.fold, [](LogFolder::Stream stream, const std::string& line) {
+        write_all(stream == LogFolder::Stream::kStderr ? 2 : 1, line + "\n");
+      }) {
+  auto p = make_pipe();
+  if (!p) throw std::runtime_error(p.error().to_string());
+  wake_[0] = p->first;
+  wake_[1] = p->second;
+  ::fcntl(wake_[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(wake_[1], F_SETFL, O_NONBLOCK);
+  pump_ = std::thread([this] { pump(); });
+}
+
+LocalHost::~LocalHost() {
+  std::vector<pid_t> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [pid, c] : children_) all.push_back(pid);
+  }
+  stop(all, grace_);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake();
+  pump_.join();
+  folder_.flush_all();
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
+  auto lifeline = make_pipe();
+  if (!lifeline) return std::move(lifeline).error();
+  auto out = make_pipe();
+  auto err = make_pipe();
+  auto close_all = [&] {
+    for (auto* p : {&*lifeline, out ? &*out : nullptr, err ? &*err : nullptr}) {
+      if (p) ::close(p->first), ::close(p->second);
+    }
+  };
+  if (!out || !err) {
+    Error e = !out ? out.error() : err.error();
+    close_all();
+    return e;
+  }
+
+  // The environment: the controller's, with the spec's variables replacing any of the same name.
+  std::set<std::string> names;
+  for (const auto& kv : spec.env) names.insert(kv.substr(0, kv.find('=')));
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    if (!names.count(std::string(kv.substr(0, kv.find('='))))) env_strings.emplace_back(kv);
+  }
+  env_strings.insert(env_strings.end(), spec.env.begin(), spec.env.end());
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv_;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out->second, 1);
+  posix_spawn_file_actions_adddup2(&fa, err->second, 2);
+  posix_spawn_file_actions_adddup2(&fa, lifeline->first, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT}) sigaddset(&defaults, s);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+
+  static const std::string exe = self_exe();
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  // The child's ends are the child's now.
+  ::close(out->second);
+  ::close(err->second);
+  ::close(lifeline->first);
+  if (rc != 0) {
+    ::close(out->first);
+    ::close(err->first);
+    ::close(lifeline->second);
+    return Error(Code::kInternal, "posix_spawn " + exe + ": " + std::strerror(rc));
+  }
+  ::fcntl(out->first, F_SETFL, O_NONBLOCK);
+  ::fcntl(err->first, F_SETFL, O_NONBLOCK);
+  {
+    std::lock_guard lock(mu_);
+    Child& c = children_[pid];
+    c.pid = pid;
+    c.mesh = spec.mesh;
+    c.rank = spec.rank;
+    c.lifeline = lifeline->second;
+    c.out = out->first;
+    c.err = err->first;
+  }
+  wake();
+  return pid;
+}
+
+void LocalHost::release(pid_t pid) {
+  std::lock_guard lock(mu_);
+  auto it = children_.find(pid);
+  if (it != children_.end() && it->second.lifeline >= 0) {
+    ::close(it->second.lifeline);
+    it->second.lifeline = -1;
+  }
+}
+
+void LocalHost::kill(pid_t pid, int signal) {
+  std::lock_guard lock(mu_);
+  auto it = children_.find(pid);
+  if (it != children_.end() && !it->second.exit) ::kill(pid, signal);  // not yet reaped: still ours
+}
+
+std::optional<ExitStatus> LocalHost::status(pid_t pid) const {
+  std::lock_guard lock(mu_);
+  auto it = children_.find(pid);
+  return it == children_.end() ? std::nullopt : it->second.exit;
+}
+
+std::optional<ExitStatus> LocalHost::wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  auto it = children_.find(pid);
+  if (it == children_.end()) return std::nullopt;
+  exited_.wait_for(lock, timeout, [&] { return it->second.exit.has_value(); });
+  return it->second.exit;
+}
+
+std::vector<std::string> LocalHost::stderr_tail(pid_t pid) const {
+  std::lock_guard lock(mu_);
+  auto it = children_.find(pid);
+  if (it == children_.end()) return {};
+  return {it->second.tail.begin(), it->second.tail.end()};
+}
+
+void LocalHost::stop(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
+  for (pid_t pid : pids) release(pid);
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  for (pid_t pid : pids) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (wait_exit(pid, std::max(left, std::chrono::milliseconds(0)))) continue;
+    std::string mesh;
+    std::uint64_t rank = 0;
+    {
+      std::lock_guard lock(mu_);
+      mesh = children_[pid].mesh;
+      rank = children_[pid].rank;
+    }
+    log().warn("proc {} rank {} (pid {}) did not stop within {} ms; killing it", mesh, rank, pid, grace.count());
+    kill(pid, SIGKILL);
+    // SIGKILL cannot be refused; this only waits for the pump to reap it.
+    while (!wait_exit(pid, std::chrono::milliseconds(1000))) {
+    }
+  }
+}
+
+void LocalHost::wake() {
+  char c = 1;
+  (void)!::write(wake_[1], &c, 1);
+}
+
+bool LocalHost::drain(Child& c, bool is_err) {
+  int& fd = is_err ? c.err : c.out;
+  std::string& partial = is_err ? c.err_partial : c.out_partial;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) {  // EOF (or an error, which ends the stream the same way)
+      if (!partial.empty()) line(c, is_err, partial);
+      partial.clear();
+      ::close(fd);
+      fd = -1;
+      return false;
+    }
+    partial.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (;;) {
+      std::size_t nl = partial.find('\n', start);
+      if (nl == std::string::npos) break;
+      line(c, is_err, std::string_view(partial).substr(start, nl - start));
+      start = nl + 1;
+    }
+    partial.erase(0, start);
+    while (partial.size() >= kMaxLine) {
+      line(c, is_err, std::string_view(partial).substr(0, kMaxLine));
+      partial.erase(0, kMaxLine);
+    }
+  }
+}
+
+void LocalHost::line(Child& c, bool is_err, std::string_view text) {
+  if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+  if (is_err && options_.stderr_tail_lines > 0) {
+    c.tail.emplace_back(text);
+    while (c.tail.size() > options_.stderr_tail_lines) c.tail.pop_front();
+  }
+  folder_.add(is_err ? LogFolder::Stream::kStderr : LogFolder::Stream::kStdout, c.mesh, c.rank, text,
+              LogFolder::Clock::now());
+}
+
+void LocalHost::pump() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<pid_t, bool>> owners;  // fds[i + 1] is (pid, is_err)
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    fds.push_back(pollfd{wake_[0], POLLIN, 0});
+    bool unreaped = false;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [pid, c] : children_) {
+        if (c.out >= 0) fds.push_back(pollfd{c.out, POLLIN, 0}), owners.emplace_back(pid, false);
+        if (c.err >= 0) fds.push_back(pollfd{c.err, POLLIN, 0}), owners.emplace_back(pid, true);
+        unreaped |= !c.exit;
+      }
+      if (stopping_ && !unreaped && owners.empty()) return;
+    }
+    // Reaping is polled (a proc's pipes may outlive it in a grandchild, and SIGCHLD belongs to
+    // the application); a due fold sets the pace otherwise.
+    int timeout = unreaped ? 100 : -1;
+    if (auto due = folder_.next_deadline()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*due - LogFolder::Clock::now()).count();
+      int wait = static_cast<int>(std::clamp<long long>(ms + 1, 0, 1000));
+      timeout = timeout < 0 ? wait : std::min(timeout, wait);
+    }
+    ::poll(fds.data(), fds.size(), timeout);
+    char sink[256];
+    while (::read(wake_[0], sink, sizeof sink) > 0) {
+    }
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      auto [pid, is_err] = owners[i - 1];
+      drain(children_[pid], is_err);
+    }
+    bool any = false;
+    for (auto& [pid, c] : children_) {
+      if (c.exit) continue;
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        // What it wrote before it died comes before anyone hears that it did.
+        if (c.out >= 0) drain(c, false);
+        if (c.err >= 0) drain(c, true);
+        c.exit = decode_status(status);
+        if (c.lifeline >= 0) ::close(c.lifeline), c.lifeline = -1;
+        any = true;
+      }
+    }
+    folder_.flush_due(LogFolder::Clock::now());
+    if (any) exited_.notify_all();
+  }
+}
+
+}  // namespace sceptre::host

@@ -1,0 +1,108 @@
+// LocalHost: the host agent of the controller's own machine, inside the controller process (the
+// embedded default: no daemon to start). It starts procs — the controller's own binary again,
+// in the proc role — reads their stdout and stderr line by line into a LogFolder that prints
+// them on the controller's terminal, reaps them, and keeps each one's lifeline.
+//
+// The lifeline: every proc gets the read end of a pipe as fd 3 (SCEPTRE_LIFELINE=3); only this
+// process holds the write end (O_CLOEXEC, so no other child inherits it). A proc stops itself
+// when it reads EOF there: when release() closes it, and when the controller dies in any way
+// (exit, exception, Ctrl-C, SIGKILL), because the kernel closes it then. Procs run in their own
+// process group, so a Ctrl-C at the terminal reaches the controller only, which dies or cleans
+// up, and the procs follow through their lifelines.
+//
+// Threads: spawn(), release(), kill(), wait_exit(), status() from any thread; one pump thread
+// owned by the LocalHost reads the pipes, runs the folder and reaps.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host/log_folder.h"
+#include "sceptre/core/result.h"
+
+namespace sceptre::host {
+
+// How a proc ended.
+struct ExitStatus {
+  int code = 0;    // exit code, when it exited
+  int signal = 0;  // the signal that killed it, else 0
+  std::string to_string() const;  // "exit code 3", "killed by signal 9 (Killed)"
+};
+
+struct ProcSpec {
+  std::string mesh;                      // for the log prefix
+  std::uint64_t rank = 0;
+  std::vector<std::string> env;          // NAME=value, added to (or replacing) the controller's
+};
+
+class LocalHost {
+ public:
+  struct Options {
+    LogFolder::Options fold;
+    std::size_t stderr_tail_lines = 20;
+  };
+  // `argv`: the command line the procs get (the controller's own).
+  LocalHost(std::vector<std::string> argv, Options options);
+  // Releases every proc still running, gives them `grace` to exit, kills the rest, reaps them,
+  // prints what they wrote.
+  ~LocalHost();
+  LocalHost(const LocalHost&) = delete;
+  LocalHost& operator=(const LocalHost&) = delete;
+
+  // Starts a proc; returns its pid. Error (kInternal) with errno's text when it cannot.
+  Result<pid_t> spawn(const ProcSpec& spec);
+  // Closes the proc's lifeline: it stops itself.
+  void release(pid_t pid);
+  void kill(pid_t pid, int signal);
+  // How the proc ended; nullopt while it runs (or when it is not one of ours).
+  std::optional<ExitStatus> status(pid_t pid) const;
+  // Waits until the proc has ended and been reaped, up to `timeout`.
+  std::optional<ExitStatus> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
+  // The last lines it wrote to stderr (up to Options::stderr_tail_lines).
+  std::vector<std::string> stderr_tail(pid_t pid) const;
+  // Releases, then kills after `grace`, every proc in `pids`; returns once all are reaped.
+  void stop(const std::vector<pid_t>& pids, std::chrono::milliseconds grace);
+
+  void set_stop_grace(std::chrono::milliseconds grace) { grace_ = grace; }
+
+ private:
+  struct Child {
+    pid_t pid = 0;
+    std::string mesh;
+    std::uint64_t rank = 0;
+    int lifeline = -1;                 // write end; -1 once released
+    int out = -1, err = -1;            // read ends; -1 at EOF
+    std::string out_partial, err_partial;
+    std::deque<std::string> tail;      // of stderr
+    std::optional<ExitStatus> exit;
+  };
+  void pump();
+  void wake();
+  // Reads what one pipe has; false at EOF. Pump thread, mu_ held.
+  bool drain(Child& c, bool is_err);
+  void line(Child& c, bool is_err, std::string_view text);  // mu_ held
+
+  const std::vector<std::string> argv_;
+  const Options options_;
+  std::chrono::milliseconds grace_{5000};
+  LogFolder folder_;  // pump thread only (and the destructor, after it joined)
+
+  mutable std::mutex mu_;
+  std::condition_variable exited_;
+  std::map<pid_t, Child> children_;
+  bool stopping_ = false;
+  int wake_[2] = {-1, -1};
+  std::thread pump_;
+};
+
+}  // namespace sceptre::host

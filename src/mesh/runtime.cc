@@ -1,0 +1,364 @@
+// The controller's runtime and the proc role (see sceptre/mesh/runtime.h).
+#include "sceptre/mesh/runtime.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "core/log.h"
+#include "host/local_host.h"
+#include "sceptre/actor/port.h"
+#include "sceptre/mesh/detail/cast.h"
+
+namespace sceptre {
+namespace {
+
+// What a proc sends the controller once it serves its address.
+struct BootReport {
+  std::uint64_t rank = 0;
+  ActorId node;  // its cast node; node.proc is its ProcId
+  std::int64_t pid = 0;
+  SCEPTRE_FIELDS(rank, node, pid)
+};
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+ProcOptions proc_options(const Config& config) {
+  ProcOptions o;
+  if (config.transport == "tcp") o.listen = "tcp:127.0.0.1:0";
+  o.stop_timeout = config.stop_timeout;
+  return o;
+}
+
+void apply_log_level(const Config& config) {
+  log().set_level(spdlog::level::from_str(config.log_level));
+}
+
+// The proc role: serve, report, run until the lifeline closes, exit. Never returns.
+[[noreturn]] void run_proc() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a pipe: lines should reach the controller as printed
+  auto config = Config::load();
+  if (!config) {
+    std::fprintf(stderr, "sceptre proc: bad configuration: %s\n", config.error().to_string().c_str());
+    std::_Exit(2);
+  }
+  apply_log_level(*config);
+  auto boot = PortId::parse(env_or("SCEPTRE_BOOT", ""));
+  if (!boot) {
+    std::fprintf(stderr, "sceptre proc: bad SCEPTRE_BOOT: %s\n", boot.error().to_string().c_str());
+    std::_Exit(2);
+  }
+  const int lifeline = std::atoi(env_or("SCEPTRE_LIFELINE", "3"));
+  const std::uint64_t rank = std::strtoull(env_or("SCEPTRE_RANK", "0"), nullptr, 10);
+  {
+    Proc proc(proc_options(*config));
+    ActorId node = detail::cast_node(proc);
+    PortRef<BootReport>(*boot).send(BootReport{rank, node, ::getpid()});
+    char c;
+    for (;;) {
+      ssize_t n = ::read(lifeline, &c, 1);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;  // the controller let go, or is gone
+    }
+  }  // stops the actors, gracefully first
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(0);
+}
+
+std::string random_secret() {
+  unsigned char bytes[24];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw Exception(Error(Code::kInternal, "RAND_bytes failed"));
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : bytes) s += hex[b >> 4], s += hex[b & 15];
+  return s;
+}
+
+// A TCP port free on 127.0.0.1 now (for MASTER_PORT; whoever binds it first gets it).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+namespace detail {
+
+struct RuntimeState {
+  Config config;
+  std::vector<std::string> argv;
+  std::unique_ptr<Proc> proc;
+  std::shared_ptr<host::LocalHost> host;
+  std::mutex mu;
+  std::vector<std::weak_ptr<ProcMeshState>> meshes;
+};
+
+struct ProcMeshState {
+  std::string name;
+  std::weak_ptr<host::LocalHost> host;
+  std::vector<pid_t> pids;
+  std::chrono::milliseconds grace{0};
+  std::once_flag stopped;
+
+  ~ProcMeshState() { stop(); }
+  void stop() {
+    std::call_once(stopped, [&] {
+      if (auto h = host.lock()) h->stop(pids, grace);
+    });
+  }
+};
+
+namespace {
+std::mutex g_mu;
+std::shared_ptr<RuntimeState> g_runtime;  // the controller's; set while its Runtime lives
+Runtime* g_runtime_object = nullptr;
+
+std::shared_ptr<RuntimeState> runtime_state() {
+  std::lock_guard lock(g_mu);
+  if (!g_runtime) throw CallError(Error(Code::kFailedPrecondition, "no sceptre::Runtime in this process"));
+  return g_runtime;
+}
+}  // namespace
+
+std::chrono::milliseconds spawn_timeout() {
+  std::lock_guard lock(g_mu);
+  return g_runtime ? g_runtime->config.spawn_timeout : Config{}.spawn_timeout;
+}
+
+std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std::string& name,
+                                                const Extent& per_proc, std::vector<ActorId> actors) {
+  const MeshMembers& pm = *procs.members();
+  std::vector<std::string> names = procs.extent().names();
+  std::vector<std::size_t> sizes = procs.extent().sizes();
+  for (std::size_t i = 0; i < per_proc.ndim(); ++i) {
+    if (procs.extent().dim(per_proc.names()[i])) {
+      throw CallError(Error(Code::kInvalidArgument, "spawning '" + name + "': the per-proc extent " +
+                                                        per_proc.to_string() + " repeats a dimension of " +
+                                                        procs.extent().to_string()));
+    }
+    names.push_back(per_proc.names()[i]);
+    sizes.push_back(per_proc.sizes()[i]);
+  }
+  auto extent = Extent::make(std::move(names), std::move(sizes));
+  if (!extent) throw CallError(std::move(extent).error());
+  auto m = std::make_shared<MeshMembers>();
+  m->name = name;
+  m->extent = std::move(*extent);
+  const std::size_t per = per_proc.num_ranks();
+  m->proc_of.resize(actors.size());
+  for (std::size_t k = 0; k < actors.size(); ++k) {
+    m->proc_of[k] = static_cast<std::uint32_t>(pm.proc_of[procs.base_rank(k / per)]);
+  }
+  m->actors = std::move(actors);
+  m->nodes = pm.nodes;
+  m->fanout = pm.fanout;
+  m->root_fanout = pm.root_fanout;
+  m->keep_alive = pm.keep_alive;
+  m->outstanding = std::make_unique<std::atomic<std::int64_t>[]>(m->actors.size());
+  return m;
+}
+
+}  // namespace detail
+
+// --- Runtime ---------------------------------------------------------------------------------------
+
+Runtime::Runtime(int argc, char** argv) : Runtime(argc, argv, [] {
+  if (std::getenv("SCEPTRE_ROLE") && std::string(std::getenv("SCEPTRE_ROLE")) == "proc") run_proc();
+  auto c = Config::load();
+  if (!c) throw Exception(std::move(c).error().with_context("sceptre configuration"));
+  return std::move(*c);
+}()) {}
+
+Runtime::Runtime(int argc, char** argv, Config config) {
+  if (const char* role = std::getenv("SCEPTRE_ROLE"); role && std::string(role) == "proc") run_proc();
+  auto state = std::make_shared<detail::RuntimeState>();
+  state->config = std::move(config);
+  for (int i = 0; i < argc; ++i) state->argv.emplace_back(argv[i]);
+  {
+    std::lock_guard lock(detail::g_mu);
+    if (detail::g_runtime) throw Exception(Error(Code::kFailedPrecondition, "a sceptre::Runtime exists already"));
+  }
+  apply_log_level(state->config);
+  // Every proc of the job authenticates with one secret; the procs inherit it.
+  if (!std::getenv("SCEPTRE_SECRET") || !*std::getenv("SCEPTRE_SECRET")) {
+    ::setenv("SCEPTRE_SECRET", random_secret().c_str(), 1);
+  }
+  state->proc = std::make_unique<Proc>(proc_options(state->config));
+  state->host = std::make_shared<host::LocalHost>(
+      state->argv, host::LocalHost::Options{{state->config.log_fold, state->config.log_fold_window},
+                                            state->config.stderr_tail_lines});
+  state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
+  (void)detail::cast_node(*state->proc);
+  std::lock_guard lock(detail::g_mu);
+  detail::g_runtime = state;
+  detail::g_runtime_object = this;
+  state_ = std::move(state);
+}
+
+Runtime::~Runtime() {
+  {
+    std::lock_guard lock(detail::g_mu);
+    detail::g_runtime.reset();
+    detail::g_runtime_object = nullptr;
+  }
+  std::vector<std::shared_ptr<detail::ProcMeshState>> live;
+  {
+    std::lock_guard lock(state_->mu);
+    for (auto& w : state_->meshes) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->stop();
+  state_->host.reset();  // stops any proc left, prints what they wrote
+  state_->proc.reset();
+}
+
+Runtime& Runtime::current() {
+  std::lock_guard lock(detail::g_mu);
+  if (!detail::g_runtime_object) throw CallError(Error(Code::kFailedPrecondition, "no sceptre::Runtime in this process"));
+  return *detail::g_runtime_object;
+}
+
+const Config& Runtime::config() const { return state_->config; }
+Proc& Runtime::proc() { return *state_->proc; }
+
+HostMesh this_host() { return Runtime::current().this_host(); }
+
+// --- spawning procs ------------------------------------------------------------------------------
+
+ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
+  std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
+  if (Status s = check_actor_name(name); !s.ok()) {
+    throw CallError(Error(s.error()).with_context("the name of a proc mesh"));
+  }
+  const Config& config = rt->config;
+  const std::size_t n = extent.num_ranks();
+  auto state = std::make_shared<detail::ProcMeshState>();
+  state->name = name;
+  state->host = rt->host;
+  state->grace = config.stop_timeout + std::chrono::seconds(2);
+  state->pids.resize(n, 0);
+
+  auto fail = [&](std::size_t rank, const std::string& why) {
+    std::vector<std::string> tail = state->pids[rank] ? rt->host->stderr_tail(state->pids[rank]) : std::vector<std::string>{};
+    std::string text = "proc mesh '" + name + "' " + extent.to_string() + ": rank " + std::to_string(rank) + " " +
+                       extent.point(rank).to_string() + " (pid " + std::to_string(state->pids[rank]) + ") " + why;
+    if (!tail.empty()) {
+      text += "; the last lines of its stderr:";
+      for (const auto& l : tail) text += "\n    " + l;
+    }
+    state->grace = std::chrono::milliseconds(1000);
+    state->stop();
+    throw CallError(Error(Code::kUnavailable, std::move(text)));
+  };
+
+  auto [boot_ref, boot_rx] = open_port<BootReport>();
+  const std::string master_port = std::to_string(free_port());
+  const std::string config_json = config.to_json();
+  const char* secret = std::getenv("SCEPTRE_SECRET");
+  for (std::size_t r = 0; r < n; ++r) {
+    host::ProcSpec spec;
+    spec.mesh = name;
+    spec.rank = r;
+    const std::string rs = std::to_string(r), ns = std::to_string(n);
+    spec.env = {"RANK=" + rs,
+                "WORLD_SIZE=" + ns,
+                "LOCAL_RANK=" + rs,
+                "LOCAL_WORLD_SIZE=" + ns,
+                "MASTER_ADDR=127.0.0.1",
+                "MASTER_PORT=" + master_port,
+                "SCEPTRE_ROLE=proc",
+                "SCEPTRE_MESH=" + name,
+                "SCEPTRE_RANK=" + rs,
+                "SCEPTRE_EXTENT=" + extent.to_string(),
+                "SCEPTRE_BOOT=" + boot_ref.id().to_string(),
+                "SCEPTRE_LIFELINE=3",
+                "SCEPTRE_SECRET=" + std::string(secret ? secret : ""),
+                "SCEPTRE_CONFIG=" + config_json,
+                "SCEPTRE_CONTROLLER=" + rt->proc->id().to_string()};
+    auto pid = rt->host->spawn(spec);
+    if (!pid) fail(r, "could not be started: " + pid.error().to_string());
+    state->pids[r] = *pid;
+  }
+  {
+    std::lock_guard lock(rt->mu);
+    std::erase_if(rt->meshes, [](const auto& w) { return w.expired(); });
+    rt->meshes.push_back(state);
+  }
+
+  std::vector<std::optional<BootReport>> reports(n);
+  std::size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + config.spawn_timeout;
+  while (got < n) {
+    try {
+      BootReport b = boot_rx.recv(std::chrono::milliseconds(50));
+      if (b.rank >= n || reports[b.rank] || b.pid != state->pids[b.rank]) {
+        log().warn("proc mesh '{}': a boot report from rank {} pid {} that is not expected; ignored", name, b.rank,
+                   b.pid);
+        continue;
+      }
+      reports[b.rank] = std::move(b);
+      ++got;
+      continue;
+    } catch (const TimeoutError&) {
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      if (reports[r]) continue;
+      if (auto st = rt->host->status(state->pids[r])) fail(r, "exited before it came up (" + st->to_string() + ")");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      for (std::size_t r = 0; r < n; ++r) {
+        if (!reports[r]) {
+          fail(r, "did not come up within " + std::to_string(config.spawn_timeout.count()) +
+                      " ms (Config::spawn_timeout)");
+        }
+      }
+    }
+  }
+
+  auto members = std::make_shared<detail::MeshMembers>();
+  members->name = name;
+  members->extent = extent;
+  for (std::size_t r = 0; r < n; ++r) {
+    members->actors.push_back(reports[r]->node);
+    members->proc_of.push_back(static_cast<std::uint32_t>(r));
+  }
+  members->nodes = members->actors;
+  members->fanout = config.cast_fanout;
+  members->root_fanout = config.cast_root_fanout;
+  members->keep_alive = state;
+  members->outstanding = std::make_unique<std::atomic<std::int64_t>[]>(n);
+  return ProcMesh(std::move(state), detail::MeshView(std::move(members)));
+}
+
+int ProcMesh::pid(std::size_t rank) const { return state_->pids.at(view_.base_rank(rank)); }
+
+void ProcMesh::stop() const {
+  if (state_) state_->stop();
+}
+
+}  // namespace sceptre

@@ -1,0 +1,180 @@
+// MeshView (see sceptre/mesh/view.h): a view is an extent and the base rank of each of its ranks;
+// slicing and selecting only compute a new list, casting turns the list into the tree's groups.
+#include "sceptre/mesh/view.h"
+
+#include <limits>
+
+#include "sceptre/actor/errors.h"
+#include "sceptre/mesh/actor_mesh.h"
+#include "sceptre/mesh/selection.h"
+
+namespace sceptre {
+
+std::optional<Point> cast_point() {
+  const detail::CastContext* ctx = detail::current_cast();
+  if (!ctx || !ctx->extent) return std::nullopt;
+  return ctx->extent->point(ctx->rank);
+}
+
+namespace detail {
+namespace {
+
+[[noreturn]] void fail(Code code, std::string what) { throw CallError(Error(code, std::move(what))); }
+
+std::vector<std::size_t> iota(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+}  // namespace
+
+const CastItem* first_failure(const CastReply& reply) {
+  const CastItem* first = nullptr;
+  for (const auto& f : reply.failures) {
+    if (f.failure && (!first || f.rank < first->rank)) first = &f;
+  }
+  return first;
+}
+
+MeshView::MeshView(std::shared_ptr<const MeshMembers> members)
+    : members_(std::move(members)), extent_(members_->extent), base_(iota(members_->actors.size())) {}
+
+MeshView::MeshView(std::shared_ptr<const MeshMembers> members, Extent extent, std::vector<std::size_t> base)
+    : members_(std::move(members)), extent_(std::move(extent)), base_(std::move(base)) {}
+
+std::size_t MeshView::base_rank(std::size_t rank) const {
+  if (rank >= base_.size()) {
+    fail(Code::kOutOfRange, "rank " + std::to_string(rank) + " of a view of " + std::to_string(base_.size()) +
+                                " members of '" + name() + "'");
+  }
+  return base_[rank];
+}
+
+namespace {
+
+// The dimension `dim` of `extent`, or CallError naming the known ones.
+std::size_t find_dim(const Extent& extent, std::string_view dim, const std::string& mesh) {
+  if (auto d = extent.dim(dim)) return *d;
+  fail(Code::kInvalidArgument,
+       "mesh '" + mesh + "' " + extent.to_string() + " has no dimension '" + std::string(dim) + "'");
+}
+
+// The view whose dimension `d` keeps only the coordinates `keep` (dropped when `drop`).
+std::pair<Extent, std::vector<std::size_t>> restrict_dim(const Extent& extent, const std::vector<std::size_t>& base,
+                                                         std::size_t d, const std::vector<std::size_t>& keep,
+                                                         bool drop) {
+  std::vector<std::string> names = extent.names();
+  std::vector<std::size_t> sizes = extent.sizes();
+  if (drop) {
+    names.erase(names.begin() + static_cast<std::ptrdiff_t>(d));
+    sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
+  } else {
+    sizes[d] = keep.size();
+  }
+  Extent out = Extent::make(names, sizes).value();
+  std::vector<std::size_t> out_base(out.num_ranks());
+  std::vector<std::size_t> coords;
+  for (std::size_t r = 0; r < out_base.size(); ++r) {
+    coords = out.point(r).coords();
+    if (drop) {
+      coords.insert(coords.begin() + static_cast<std::ptrdiff_t>(d), keep[0]);
+    } else {
+      coords[d] = keep[coords[d]];
+    }
+    out_base[r] = base[extent.rank(coords)];
+  }
+  return {std::move(out), std::move(out_base)};
+}
+
+}  // namespace
+
+MeshView MeshView::slice(std::string_view dim, std::size_t index) const {
+  std::size_t d = find_dim(extent_, dim, name());
+  if (index >= extent_.sizes()[d]) {
+    fail(Code::kOutOfRange, "index " + std::to_string(index) + " of dimension '" + std::string(dim) + "' of mesh '" +
+                                name() + "' " + extent_.to_string());
+  }
+  auto [extent, base] = restrict_dim(extent_, base_, d, {index}, true);
+  return MeshView(members_, std::move(extent), std::move(base));
+}
+
+MeshView MeshView::slice(std::string_view dim, Range range) const {
+  std::size_t d = find_dim(extent_, dim, name());
+  const std::size_t size = extent_.sizes()[d];
+  const std::string what = "range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ") step " +
+                           std::to_string(range.step) + " of dimension '" + std::string(dim) + "' of mesh '" +
+                           name() + "' " + extent_.to_string();
+  if (range.step == 0) fail(Code::kInvalidArgument, what + ": the step is 0");
+  if (range.begin >= range.end) fail(Code::kInvalidArgument, what + ": the range is empty");
+  if (range.end > size) fail(Code::kOutOfRange, what + ": it ends past the dimension");
+  std::vector<std::size_t> keep;
+  for (std::size_t i = range.begin; i < range.end; i += range.step) keep.push_back(i);
+  auto [extent, base] = restrict_dim(extent_, base_, d, keep, false);
+  return MeshView(members_, std::move(extent), std::move(base));
+}
+
+MeshView MeshView::select(std::string_view selection, std::uint64_t seed) const {
+  auto parsed = Selection::parse(selection);
+  if (!parsed) throw CallError(std::move(parsed).error());
+  auto ranks = parsed->eval(extent_, seed);
+  if (!ranks) throw CallError(std::move(ranks).error());
+  if (ranks->size() == base_.size()) return *this;
+  if (ranks->empty()) {
+    fail(Code::kOutOfRange, "the selection '" + std::string(selection) + "' picks no member of mesh '" + name() +
+                                "' " + extent_.to_string());
+  }
+  std::vector<std::size_t> base;
+  base.reserve(ranks->size());
+  for (std::size_t r : *ranks) base.push_back(base_.at(r));
+  Extent extent = Extent::make({"rank"}, {base.size()}).value();  // before `base` is moved from
+  return MeshView(members_, std::move(extent), std::move(base));
+}
+
+MeshView MeshView::only(std::size_t rank) const { return MeshView(members_, Extent(), {base_rank(rank)}); }
+
+std::size_t MeshView::least_loaded() const {
+  if (base_.empty()) fail(Code::kFailedPrecondition, "choose on an empty view of '" + name() + "'");
+  const std::size_t n = base_.size();
+  const std::size_t start = members_->next_choice.fetch_add(1, std::memory_order_relaxed) % n;
+  std::size_t best = start;
+  std::int64_t best_load = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t r = (start + i) % n;
+    std::int64_t load = members_->outstanding[base_[r]].load(std::memory_order_relaxed);
+    if (load < best_load) best = r, best_load = load;
+  }
+  return best;
+}
+
+void MeshView::add_outstanding(std::size_t rank, std::int64_t delta) const {
+  members_->outstanding[base_rank(rank)].fetch_add(delta, std::memory_order_relaxed);
+}
+
+CastMessage MeshView::cast_message(std::string_view endpoint, wire::Message&& args, CastMode mode,
+                                   std::string reducer) const {
+  CastMessage msg;
+  msg.endpoint = std::string(endpoint);
+  msg.args = wire::Part::adopt(std::move(args.body));
+  msg.arg_parts = std::move(args.parts);
+  msg.groups.resize(members_->nodes.size());
+  for (std::size_t i = 0; i < msg.groups.size(); ++i) msg.groups[i].comm = members_->nodes[i];
+  for (std::size_t r = 0; r < base_.size(); ++r) {
+    const std::size_t b = base_[r];
+    const ActorId& actor = members_->actors[b];
+    CastGroup& g = msg.groups[members_->proc_of[b]];
+    g.indices.push_back(actor.index);
+    g.ranks.push_back(r);
+  }
+  // One spawn, one name.
+  if (!base_.empty()) msg.name = members_->actors[base_[0]].name;
+  msg.mode = mode;
+  msg.reducer = std::move(reducer);
+  msg.fanout = members_->fanout;
+  msg.hop_fanout = members_->root_fanout;
+  msg.extent = extent_;
+  return msg;
+}
+
+}  // namespace detail
+}  // namespace sceptre

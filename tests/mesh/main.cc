@@ -1,0 +1,80 @@
+// The mesh tests' main. The binary is its own proc image, as a user's program is: the Runtime
+// made first thing in main becomes a proc when the binary is re-executed by spawn_procs.
+//
+// Besides the tests it has controller-child modes, run by the tests as separate processes whose
+// fate they control (killed, crashing) or whose terminal output they read:
+//   --orphan-controller sleep|throw|return   spawns 3 procs, prints "PIDS a b c", then sleeps
+//                                            (to be killed), throws out of main, or returns
+//   --log-controller                         spawns 4 procs that print, then returns
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "mesh/mesh_actors.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using sceptre::testing::Probe;
+
+// A proc that is told to fail at start (the start-failure test sets this in its environment).
+void maybe_fail_at_start() {
+  const char* role = std::getenv("SCEPTRE_ROLE");
+  const char* fail = std::getenv("MESH_TEST_FAIL_RANK");
+  const char* rank = std::getenv("SCEPTRE_RANK");
+  if (role && fail && rank && std::strcmp(role, "proc") == 0 && std::strcmp(fail, rank) == 0) {
+    std::fprintf(stderr, "rank %s: first line of a failing start\n", rank);
+    std::fprintf(stderr, "rank %s refuses to start\n", rank);
+    std::exit(3);
+  }
+}
+
+int orphan_controller(int argc, char** argv, const std::string& how) {
+  sceptre::Runtime runtime(argc, argv);
+  auto procs = sceptre::this_host().spawn_procs({{"gpus", 3}}, "orphans");
+  auto probes = procs.spawn<Probe>("probe");
+  auto who = probes.call<&Probe::whoami>().get(60s);
+  std::string line = "PIDS";
+  for (std::size_t r = 0; r < procs.size(); ++r) line += " " + std::to_string(procs.pid(r));
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (how == "throw") throw std::runtime_error("the controller fails");
+  if (how == "sleep") {
+    for (;;) ::pause();
+  }
+  return 0;
+}
+
+int log_controller(int argc, char** argv) {
+  sceptre::Runtime runtime(argc, argv);
+  auto procs = sceptre::this_host().spawn_procs({{"gpus", 4}}, "talkers");
+  auto probes = procs.spawn<Probe>("probe");
+  probes.call<&Probe::say>(std::string("the same line")).get(60s);
+  probes.call<&Probe::say_rank>(std::string("hello from")).get(60s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  maybe_fail_at_start();
+  if (argc > 2 && std::strcmp(argv[1], "--orphan-controller") == 0) return orphan_controller(argc, argv, argv[2]);
+  if (argc > 1 && std::strcmp(argv[1], "--log-controller") == 0) return log_controller(argc, argv);
+  // A small fan-out, so that even the tests' small meshes cast through trees of several levels
+  // (the controller-child modes above keep the defaults: a root fan-out of 1).
+  auto config = sceptre::Config::load();
+  if (!config) {
+    std::fprintf(stderr, "%s\n", config.error().to_string().c_str());
+    return 2;
+  }
+  if (!std::getenv("SCEPTRE_CAST_FANOUT")) config->cast_fanout = 2;
+  if (!std::getenv("SCEPTRE_CAST_ROOT_FANOUT")) config->cast_root_fanout = 2;
+  sceptre::Runtime runtime(argc, argv, *config);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
