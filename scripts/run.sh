@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --target ping_pong -- -j"${SCEPTRE_JOBS:-2}"
-exec build/default/examples/ping_pong "$@"
+cmake --build --preset default --target mesh_demo -- -j"${SCEPTRE_JOBS:-2}"
+exec build/default/examples/mesh_demo "$@"
