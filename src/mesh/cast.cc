@@ -327,7 +327,7 @@ Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> o
   Proc& proc = Proc::current();
   ActorId node = cast_node(proc);
   auto state = std::make_shared<FutureState<CastReply>>();
-  msg.groups.insert(msg.groups.begin(), CastGroup{node, {}});
+  msg.groups.insert(msg.groups.begin(), CastGroup{node, {}, {}});
   const std::uint64_t total = count_targets(msg.groups);
   if (total == 0) {  // nobody to tell
     state->set_value(CastReply{});

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -21,14 +22,40 @@
 #include "sceptre/mesh/detail/cast.h"
 
 namespace sceptre {
+namespace detail {
+
+// Every proc's agent for the controller's control requests. It has a thread of its own, so
+// that it may wait for the actors it stops (they run on the I/O thread).
+class ProcAgent : public Actor {
+ public:
+  static constexpr bool kOwnThread = true;
+
+  // Stops the actors `name`[index] of this proc; true when every stop was graceful. An actor
+  // that is not here (stopped already) counts as stopped.
+  bool stop_actors(std::string name, std::vector<std::uint64_t> indices, std::int64_t timeout_ms) {
+    bool graceful = true;
+    for (std::uint64_t index : indices) {
+      try {
+        graceful &= proc().stop(ActorId{proc().id(), name, index}, std::chrono::milliseconds(timeout_ms));
+      } catch (const CallError&) {
+      }
+    }
+    return graceful;
+  }
+};
+SCEPTRE_ACTOR(ProcAgent, stop_actors);
+
+}  // namespace detail
+
 namespace {
 
 // What a proc sends the controller once it serves its address.
 struct BootReport {
   std::uint64_t rank = 0;
-  ActorId node;  // its cast node; node.proc is its ProcId
+  ActorId node;   // its cast node; node.proc is its ProcId
+  ActorId agent;  // its ProcAgent
   std::int64_t pid = 0;
-  SCEPTRE_FIELDS(rank, node, pid)
+  SCEPTRE_FIELDS(rank, node, agent, pid)
 };
 
 const char* env_or(const char* name, const char* fallback) {
@@ -66,7 +93,8 @@ void apply_log_level(const Config& config) {
   {
     Proc proc(proc_options(*config));
     ActorId node = detail::cast_node(proc);
-    PortRef<BootReport>(*boot).send(BootReport{rank, node, ::getpid()});
+    ActorId agent = proc.spawn<detail::ProcAgent>("agent").id();
+    PortRef<BootReport>(*boot).send(BootReport{rank, node, agent, ::getpid()});
     char c;
     for (;;) {
       ssize_t n = ::read(lifeline, &c, 1);
@@ -175,11 +203,39 @@ std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std
   }
   m->actors = std::move(actors);
   m->nodes = pm.nodes;
+  m->agents = pm.agents;
   m->fanout = pm.fanout;
   m->root_fanout = pm.root_fanout;
   m->keep_alive = pm.keep_alive;
-  m->outstanding = std::make_unique<std::atomic<std::int64_t>[]>(m->actors.size());
+  m->outstanding.reset(new std::atomic<std::int64_t>[m->actors.size()]());
   return m;
+}
+
+void stop_members(const MeshView& view) {
+  const MeshMembers& m = *view.members();
+  std::map<std::uint32_t, std::vector<std::uint64_t>> by_proc;
+  for (std::size_t r = 0; r < view.size(); ++r) {
+    const std::size_t b = view.base_rank(r);
+    by_proc[m.proc_of[b]].push_back(m.actors[b].index);
+  }
+  const auto timeout = [] {
+    std::lock_guard lock(g_mu);
+    return g_runtime ? g_runtime->config.stop_timeout : Config{}.stop_timeout;
+  }();
+  std::vector<std::pair<std::uint32_t, Future<bool>>> pending;
+  for (auto& [p, indices] : by_proc) {
+    pending.emplace_back(p, ActorRef<ProcAgent>(m.agents.at(p))
+                                .call<&ProcAgent::stop_actors>(m.actors[0].name, std::move(indices),
+                                                               static_cast<std::int64_t>(timeout.count())));
+  }
+  for (auto& [p, f] : pending) {
+    try {
+      (void)f.get(timeout + std::chrono::seconds(10));
+    } catch (const Exception& e) {
+      throw CallError(Error(Code::kUnavailable, "stopping '" + m.name + "' in proc " + m.nodes.at(p).proc.addr +
+                                                    ": " + e.what()));
+    }
+  }
 }
 
 }  // namespace detail
@@ -345,13 +401,14 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   members->extent = extent;
   for (std::size_t r = 0; r < n; ++r) {
     members->actors.push_back(reports[r]->node);
+    members->agents.push_back(reports[r]->agent);
     members->proc_of.push_back(static_cast<std::uint32_t>(r));
   }
   members->nodes = members->actors;
   members->fanout = config.cast_fanout;
   members->root_fanout = config.cast_root_fanout;
   members->keep_alive = state;
-  members->outstanding = std::make_unique<std::atomic<std::int64_t>[]>(n);
+  members->outstanding.reset(new std::atomic<std::int64_t>[n]());
   return ProcMesh(std::move(state), detail::MeshView(std::move(members)));
 }
 

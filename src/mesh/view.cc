@@ -147,8 +147,10 @@ std::size_t MeshView::least_loaded() const {
   return best;
 }
 
-void MeshView::add_outstanding(std::size_t rank, std::int64_t delta) const {
-  members_->outstanding[base_rank(rank)].fetch_add(delta, std::memory_order_relaxed);
+std::function<void()> MeshView::hold(std::size_t rank) const {
+  const std::size_t b = base_rank(rank);
+  members_->outstanding[b].fetch_add(1, std::memory_order_relaxed);
+  return [counters = members_->outstanding, b] { counters[b].fetch_sub(1, std::memory_order_relaxed); };
 }
 
 CastMessage MeshView::cast_message(std::string_view endpoint, wire::Message&& args, CastMode mode,

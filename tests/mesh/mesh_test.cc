@@ -367,6 +367,21 @@ TEST_F(Meshes, AFailingMemberFailsTheCallWithTheLowestFailingRanksError) {
   EXPECT_EQ(probes.sum<&Probe::fail_on>(std::vector<std::int64_t>{}).get(kWait), 10);
 }
 
+TEST(ActorMeshes, StopStopsTheMembersOfAViewAndLeavesTheProcsRunning) {
+  auto procs = this_host().spawn_procs({{"gpus", 3}});
+  auto probes = procs.spawn_many<Probe>("stoppable", Extent{{"local", 2}});
+  probes.slice("local", 1).stop();
+  // The other half still answers; the stopped half fails rather than hangs.
+  EXPECT_EQ(probes.slice("local", 0).call<&Probe::whoami>().get(kWait).size(), 3u);
+  EXPECT_THROW(probes.slice("local", 1).call<&Probe::whoami>().get(kWait), Exception);
+  probes.stop();  // the rest, and the stopped ones again
+  EXPECT_THROW(probes.call<&Probe::whoami>().get(kWait), Exception);
+  // The procs run on: new actors come up in them.
+  auto again = procs.spawn<Probe>("again");
+  auto who = again.call<&Probe::whoami>().get(kWait);
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(who.at(r).pid, procs.pid(r));
+}
+
 // --- logs -----------------------------------------------------------------------------------------
 
 std::vector<std::string> log_run(const std::string& fold) {

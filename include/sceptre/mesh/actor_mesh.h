@@ -112,6 +112,9 @@ class Stream {
 
 namespace detail {
 
+// Stops the members of `view` (see ActorMesh::stop).
+void stop_members(const MeshView& view);
+
 // The lowest-ranked failure of a reply, if any.
 const CastItem* first_failure(const CastReply& reply);
 
@@ -198,12 +201,10 @@ class ActorMesh {
   template <auto M, class... Args>
   Future<Value<M>> choose(Args&&... args) const {
     std::size_t rank = view_.least_loaded();
-    view_.add_outstanding(rank, 1);
+    std::function<void()> release = view_.hold(rank);
     detail::MeshView one = view_.only(rank);
     Future<detail::CastReply> reply = start_on<M>(one, detail::CastMode::kCollect, {}, std::forward<Args>(args)...);
-    if (!reply.state()->on_complete([view = view_, rank] { view.add_outstanding(rank, -1); })) {
-      view_.add_outstanding(rank, -1);
-    }
+    if (!reply.state()->on_complete(release)) release();
     return first_value<M>(std::move(reply));
   }
 
@@ -262,6 +263,11 @@ class ActorMesh {
   Future<Value<M>> max(Args&&... args) const {
     return reduce<M, detail::MaxOp>(std::forward<Args>(args)...);
   }
+
+  // Stops the members of this view (a slice stops only its own): each handles what it was sent
+  // before, runs its cleanup and is gone; their procs keep running. Returns once all have
+  // stopped, gracefully or — after Config::stop_timeout — by force. Later calls to them fail.
+  void stop() const { detail::stop_members(view_); }
 
   const detail::MeshView& view() const { return view_; }
 

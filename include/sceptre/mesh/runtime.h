@@ -24,7 +24,9 @@
 // sceptre's own: SCEPTRE_ROLE, SCEPTRE_MESH, SCEPTRE_RANK, SCEPTRE_EXTENT, SCEPTRE_CONFIG (the
 // controller's effective Config), SCEPTRE_SECRET, SCEPTRE_BOOT and SCEPTRE_LIFELINE.
 //
-// Threads: a Runtime is made once, on the main thread; meshes may be used from any thread.
+// Threads: a Runtime is made once, on the main thread; meshes may be used from any thread but
+// spawn_procs, spawn and stop block until their members answer, so they are not for an actor's
+// handler (which would block the thread the answers arrive on).
 #pragma once
 
 #include <chrono>

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,11 +33,13 @@ struct MeshMembers {
   std::vector<ActorId> actors;          // by rank in `extent`
   std::vector<std::uint32_t> proc_of;   // the index in `nodes` of each actor's proc
   std::vector<ActorId> nodes;           // every proc's cast node, in tree order
+  std::vector<ActorId> agents;          // every proc's agent (stops actors), indexed like nodes
   std::size_t fanout = 16;
   std::size_t root_fanout = 1;
   std::shared_ptr<const void> keep_alive;  // the procs: they live while a view does
-  // Requests sent by choose() and not yet answered, by rank.
-  std::unique_ptr<std::atomic<std::int64_t>[]> outstanding;
+  // Requests sent by choose() and not yet answered, by rank. Shared on its own, so that a reply
+  // in flight never holds the mesh (and its procs) alive.
+  std::shared_ptr<std::atomic<std::int64_t>[]> outstanding;
   mutable std::atomic<std::uint64_t> next_choice{0};
 };
 
@@ -64,7 +67,8 @@ class MeshView {
 
   // The member with the fewest requests outstanding from choose(); ties go round robin.
   std::size_t least_loaded() const;
-  void add_outstanding(std::size_t rank, std::int64_t delta) const;
+  // Counts one more request outstanding at `rank`; the function returned counts it answered.
+  std::function<void()> hold(std::size_t rank) const;
 
   // A cast of `endpoint` with the encoded arguments `args` to every member of the view.
   CastMessage cast_message(std::string_view endpoint, wire::Message&& args, CastMode mode,
