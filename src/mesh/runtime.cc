@@ -155,7 +155,13 @@ struct ProcMeshState {
   ~ProcMeshState() { stop(); }
   void stop() {
     std::call_once(stopped, [&] {
-      if (auto h = host.lock()) h->stop(pids, grace);
+      auto h = host.lock();
+      if (!h) return;
+      h->stop(pids, grace);
+      for (std::size_t r = 0; r < pids.size(); ++r) {  // a proc that failed on its way out says so
+        auto st = pids[r] ? h->status(pids[r]) : std::nullopt;
+        if (st && st->code != 0) log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, pids[r], st->to_string());
+      }
     });
   }
 };

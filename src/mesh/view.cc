@@ -7,6 +7,7 @@
 #include "sceptre/actor/errors.h"
 #include "sceptre/mesh/actor_mesh.h"
 #include "sceptre/mesh/selection.h"
+#include "sceptre/mesh/slice.h"
 
 namespace sceptre {
 
@@ -60,30 +61,14 @@ std::size_t find_dim(const Extent& extent, std::string_view dim, const std::stri
        "mesh '" + mesh + "' " + extent.to_string() + " has no dimension '" + std::string(dim) + "'");
 }
 
-// The view whose dimension `d` keeps only the coordinates `keep` (dropped when `drop`).
-std::pair<Extent, std::vector<std::size_t>> restrict_dim(const Extent& extent, const std::vector<std::size_t>& base,
-                                                         std::size_t d, const std::vector<std::size_t>& keep,
-                                                         bool drop) {
-  std::vector<std::string> names = extent.names();
-  std::vector<std::size_t> sizes = extent.sizes();
-  if (drop) {
-    names.erase(names.begin() + static_cast<std::ptrdiff_t>(d));
-    sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
-  } else {
-    sizes[d] = keep.size();
-  }
-  Extent out = Extent::make(names, sizes).value();
-  std::vector<std::size_t> out_base(out.num_ranks());
-  std::vector<std::size_t> coords;
-  for (std::size_t r = 0; r < out_base.size(); ++r) {
-    coords = out.point(r).coords();
-    if (drop) {
-      coords.insert(coords.begin() + static_cast<std::ptrdiff_t>(d), keep[0]);
-    } else {
-      coords[d] = keep[coords[d]];
-    }
-    out_base[r] = base[extent.rank(coords)];
-  }
+// The view of `sliced`, a Slice of this view's own ranks (Slice::of(extent) cut down), whose
+// dimensions are `names`.
+std::pair<Extent, std::vector<std::size_t>> apply(const Slice& sliced, std::vector<std::string> names,
+                                                  const std::vector<std::size_t>& base) {
+  Extent out = Extent::make(std::move(names), sliced.sizes).value();
+  std::vector<std::size_t> out_base;
+  out_base.reserve(out.num_ranks());
+  for (std::size_t r : sliced.base_ranks()) out_base.push_back(base[r]);
   return {std::move(out), std::move(out_base)};
 }
 
@@ -95,7 +80,9 @@ MeshView MeshView::slice(std::string_view dim, std::size_t index) const {
     fail(Code::kOutOfRange, "index " + std::to_string(index) + " of dimension '" + std::string(dim) + "' of mesh '" +
                                 name() + "' " + extent_.to_string());
   }
-  auto [extent, base] = restrict_dim(extent_, base_, d, {index}, true);
+  std::vector<std::string> names = extent_.names();
+  names.erase(names.begin() + static_cast<std::ptrdiff_t>(d));
+  auto [extent, base] = apply(Slice::of(extent_).index(d, index).value(), std::move(names), base_);
   return MeshView(members_, std::move(extent), std::move(base));
 }
 
@@ -108,9 +95,8 @@ MeshView MeshView::slice(std::string_view dim, Range range) const {
   if (range.step == 0) fail(Code::kInvalidArgument, what + ": the step is 0");
   if (range.begin >= range.end) fail(Code::kInvalidArgument, what + ": the range is empty");
   if (range.end > size) fail(Code::kOutOfRange, what + ": it ends past the dimension");
-  std::vector<std::size_t> keep;
-  for (std::size_t i = range.begin; i < range.end; i += range.step) keep.push_back(i);
-  auto [extent, base] = restrict_dim(extent_, base_, d, keep, false);
+  auto [extent, base] =
+      apply(Slice::of(extent_).range(d, range.begin, range.end, range.step).value(), extent_.names(), base_);
   return MeshView(members_, std::move(extent), std::move(base));
 }
 

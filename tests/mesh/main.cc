@@ -5,7 +5,8 @@
 // fate they control (killed, crashing) or whose terminal output they read:
 //   --orphan-controller sleep|throw|return   spawns 3 procs, prints "PIDS a b c", then sleeps
 //                                            (to be killed), throws out of main, or returns
-//   --log-controller                         spawns 4 procs that print, then returns
+//   --log-controller                         spawns 4 procs that print, then returns (first it
+//                                            prints "SERVING <proc 0's address> <controller's>")
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,6 +55,10 @@ int log_controller(int argc, char** argv) {
   sceptre::Runtime runtime(argc, argv);
   auto procs = sceptre::this_host().spawn_procs({{"gpus", 4}}, "talkers");
   auto probes = procs.spawn<Probe>("probe");
+  // Where the procs serve, and whether they reach the controller there.
+  std::printf("SERVING %s %s\n", procs.proc(0).addr.c_str(),
+              probes.call<&Probe::env>(std::string("SCEPTRE_CONTROLLER")).get(60s).at(0).c_str());
+  std::fflush(stdout);
   probes.call<&Probe::say>(std::string("the same line")).get(60s);
   probes.call<&Probe::say_rank>(std::string("hello from")).get(60s);
   return 0;

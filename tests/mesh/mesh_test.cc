@@ -384,8 +384,9 @@ TEST(ActorMeshes, StopStopsTheMembersOfAViewAndLeavesTheProcsRunning) {
 
 // --- logs -----------------------------------------------------------------------------------------
 
-std::vector<std::string> log_run(const std::string& fold) {
-  Child c = run_self({"--log-controller"}, {"SCEPTRE_LOG_FOLD=" + fold, "SCEPTRE_LOG_FOLD_WINDOW=3s"});
+std::vector<std::string> log_run(const std::string& fold, const std::string& transport = "unix") {
+  Child c = run_self({"--log-controller"},
+                     {"SCEPTRE_LOG_FOLD=" + fold, "SCEPTRE_LOG_FOLD_WINDOW=3s", "SCEPTRE_TRANSPORT=" + transport});
   auto lines = read_all_lines(c.out);
   std::fclose(c.out);
   int status = wait_child(c.pid);
@@ -414,6 +415,16 @@ TEST(Logs, FoldingCanBeSwitchedOff) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(count(lines, "[talkers " + std::to_string(r) + "] the same line"), 1u) << all;
   }
+}
+
+TEST(Transports, ProcsAndTheControllerServeTcpWhenConfigured) {
+  auto lines = log_run("1", "tcp");
+  std::string all;
+  for (auto& l : lines) all += l + "\n";
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("SERVING tcp:127.0.0.1:", 0), 0u) << all;
+  EXPECT_NE(lines[0].find(" tcp:127.0.0.1:", 20), std::string::npos) << all;  // the controller too
+  EXPECT_EQ(count(lines, "[talkers 0-3 ×4] the same line"), 1u) << all;
 }
 
 // --- no orphans -----------------------------------------------------------------------------------
