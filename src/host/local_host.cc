@@ -48,12 +48,6 @@ void write_all(int fd, std::string_view text) {
   }
 }
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("/proc/self/exe");
-}
-
 ExitStatus decode_status(int status) {
   ExitStatus s;
   if (WIFEXITED(status)) s.code = WEXITSTATUS(status);
@@ -150,7 +144,8 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
-  static const std::string exe = self_exe();
+  // /proc/self/exe, not the path it names: that still works after the binary was rebuilt.
+  static const std::string exe = "/proc/self/exe";
   pid_t pid = 0;
   int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
@@ -221,15 +216,17 @@ void LocalHost::stop(const std::vector<pid_t>& pids, std::chrono::milliseconds g
   for (pid_t pid : pids) release(pid);
   auto deadline = std::chrono::steady_clock::now() + grace;
   for (pid_t pid : pids) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (wait_exit(pid, std::max(left, std::chrono::milliseconds(0)))) continue;
     std::string mesh;
     std::uint64_t rank = 0;
     {
       std::lock_guard lock(mu_);
-      mesh = children_[pid].mesh;
-      rank = children_[pid].rank;
+      auto it = children_.find(pid);
+      if (pid <= 0 || it == children_.end()) continue;  // never started, or not ours: nothing to stop
+      mesh = it->second.mesh;
+      rank = it->second.rank;
     }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (wait_exit(pid, std::max(left, std::chrono::milliseconds(0)))) continue;
     log().warn("proc {} rank {} (pid {}) did not stop within {} ms; killing it", mesh, rank, pid, grace.count());
     kill(pid, SIGKILL);
     // SIGKILL cannot be refused; this only waits for the pump to reap it.

@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,7 +76,24 @@ void apply_log_level(const Config& config) {
 }
 
 // The proc role: serve, report, run until the lifeline closes, exit. Never returns.
+void serve_proc();
+
 [[noreturn]] void run_proc() {
+  try {
+    serve_proc();
+  } catch (const std::exception& e) {  // never back into the user's main
+    std::fprintf(stderr, "sceptre proc: %s\n", e.what());
+    std::_Exit(3);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(0);
+}
+
+void serve_proc() {
+  // When the controller dies, the pipes to it close with the lifeline: a write to them then fails
+  // (EPIPE) instead of killing the proc before it has stopped its actors.
+  std::signal(SIGPIPE, SIG_IGN);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a pipe: lines should reach the controller as printed
   auto config = Config::load();
   if (!config) {
@@ -101,9 +119,6 @@ void apply_log_level(const Config& config) {
       if (n == 0 || (n < 0 && errno != EINTR)) break;  // the controller let go, or is gone
     }
   }  // stops the actors, gracefully first
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::exit(0);
 }
 
 std::string random_secret() {
@@ -152,7 +167,13 @@ struct ProcMeshState {
   std::chrono::milliseconds grace{0};
   std::once_flag stopped;
 
-  ~ProcMeshState() { stop(); }
+  ~ProcMeshState() {
+    try {
+      stop();
+    } catch (const std::exception& e) {
+      log().error("proc mesh '{}': stopping it failed: {}", name, e.what());
+    }
+  }
   void stop() {
     std::call_once(stopped, [&] {
       auto h = host.lock();
@@ -228,6 +249,8 @@ void stop_members(const MeshView& view) {
     std::lock_guard lock(g_mu);
     return g_runtime ? g_runtime->config.stop_timeout : Config{}.stop_timeout;
   }();
+  std::size_t most = 0;  // an agent stops its actors one after another
+  for (auto& [p, indices] : by_proc) most = std::max(most, indices.size());
   std::vector<std::pair<std::uint32_t, Future<bool>>> pending;
   for (auto& [p, indices] : by_proc) {
     pending.emplace_back(p, ActorRef<ProcAgent>(m.agents.at(p))
@@ -236,7 +259,7 @@ void stop_members(const MeshView& view) {
   }
   for (auto& [p, f] : pending) {
     try {
-      (void)f.get(timeout + std::chrono::seconds(10));
+      (void)f.get(timeout * static_cast<long>(most) + std::chrono::seconds(10));
     } catch (const Exception& e) {
       throw CallError(Error(Code::kUnavailable, "stopping '" + m.name + "' in proc " + m.nodes.at(p).proc.addr +
                                                     ": " + e.what()));
@@ -418,7 +441,10 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   return ProcMesh(std::move(state), detail::MeshView(std::move(members)));
 }
 
-int ProcMesh::pid(std::size_t rank) const { return state_->pids.at(view_.base_rank(rank)); }
+int ProcMesh::pid(std::size_t rank) const {
+  if (!state_) throw CallError(Error(Code::kFailedPrecondition, "pid of an empty ProcMesh"));
+  return state_->pids.at(view_.base_rank(rank));
+}
 
 void ProcMesh::stop() const {
   if (state_) state_->stop();

@@ -82,4 +82,9 @@ struct Concat {
   }
 };
 
+// A user accumulator that fails, as one meeting tensors of different shapes would.
+struct Refuse {
+  std::int64_t operator()(std::int64_t, std::int64_t) const { throw std::invalid_argument("shapes differ"); }
+};
+
 }  // namespace sceptre::testing

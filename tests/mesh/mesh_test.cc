@@ -271,6 +271,14 @@ TEST_F(Meshes, ReductionsAreComputedInTheTree) {
   std::vector<std::int64_t> expect(10);
   std::iota(expect.begin(), expect.end(), 0);
   EXPECT_EQ(all, expect);
+  // An accumulator that throws fails the call with its message, and the members carry on.
+  try {
+    probes.reduce<&Probe::rank_times, Refuse>(std::int64_t{1}).get(kWait);
+    ADD_FAILURE() << "no error";
+  } catch (const Exception& e) {
+    EXPECT_NE(std::string(e.what()).find("shapes differ"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(probes.sum<&Probe::rank_times>(std::int64_t{1}).get(kWait), 45);
 }
 
 TEST_F(Meshes, CallOneChooseAndStream) {

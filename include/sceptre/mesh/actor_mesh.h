@@ -17,7 +17,9 @@
 //
 // A member that fails a call (its endpoint throws, or it cannot be reached) fails the whole
 // call's Future with that member's error (the lowest failing rank); a stream throws it when its
-// turn comes. Inside a handler, cast_point() tells a member where the caller's view put it.
+// turn comes. A member whose proc dies after it took the message is not reported yet: wait with
+// get(timeout) / next(timeout). Inside a handler, cast_point() tells a member where the
+// caller's view put it.
 #pragma once
 
 #include <chrono>
@@ -202,8 +204,13 @@ class ActorMesh {
   Future<Value<M>> choose(Args&&... args) const {
     std::size_t rank = view_.least_loaded();
     std::function<void()> release = view_.hold(rank);
-    detail::MeshView one = view_.only(rank);
-    Future<detail::CastReply> reply = start_on<M>(one, detail::CastMode::kCollect, {}, std::forward<Args>(args)...);
+    Future<detail::CastReply> reply;
+    try {
+      reply = start_on<M>(view_.only(rank), detail::CastMode::kCollect, {}, std::forward<Args>(args)...);
+    } catch (...) {
+      release();
+      throw;
+    }
     if (!reply.state()->on_complete(release)) release();
     return first_value<M>(std::move(reply));
   }

@@ -48,7 +48,10 @@ class MeshView {
   MeshView() = default;
   explicit MeshView(std::shared_ptr<const MeshMembers> members);
 
-  const std::string& name() const { return members_->name; }
+  const std::string& name() const {
+    static const std::string none;
+    return members_ ? members_->name : none;
+  }
   const std::shared_ptr<const MeshMembers>& members() const { return members_; }
   const Extent& extent() const { return extent_; }
   std::size_t size() const { return base_.size(); }

@@ -109,7 +109,13 @@ struct ReducerRegistration {
     if (!x) return std::move(x).error();
     auto y = decode_item<R>(b);
     if (!y) return std::move(y).error();
-    return encode_item<R>(std::min(a.rank, b.rank), Op{}(std::move(*x), std::move(*y)));
+    try {  // a user's Op may throw (a shape mismatch): that is the reduction's failure, not the node's
+      return encode_item<R>(std::min(a.rank, b.rank), Op{}(std::move(*x), std::move(*y)));
+    } catch (const std::exception& e) {
+      return Error(Code::kInvalidArgument, std::string("the reduction threw: ") + e.what());
+    } catch (...) {
+      return Error(Code::kInvalidArgument, "the reduction threw an exception that is not a std::exception");
+    }
   }
   static const std::string& key() {
     static const std::string k = std::string(typeid(Op).name()) + "/" + typeid(R).name();
@@ -123,8 +129,9 @@ struct ReducerRegistration {
 // proc's cast node. For collect and reduce the future completes with the combined reply of
 // every member; in stream mode `on_stream` receives each CastReply as it arrives (on an I/O
 // thread) and the future completes, empty, once every member is accounted for; a broadcast's
-// future is ready at once. A subtree that cannot be reached is reported as failures of its
-// ranks, never lost.
+// future is ready at once. A subtree whose node cannot be reached is reported as failures of its
+// ranks; a proc that dies after it took the cast is not noticed here (the caller's
+// get(timeout) bounds the wait; telling the caller at once is the supervision layer's job).
 Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream = {});
 
 // The cast node of `proc` (spawned on first use).
