@@ -65,8 +65,8 @@ std::string ExitStatus::to_string() const {
 LocalHost::LocalHost(std::vector<std::string> argv, Options options)
     : argv_(std::move(argv)),
       options_(options),
-      folder_(options.fold, [](LogFolder::Stream stream, const std::string& line) {
-        write_all(stream == LogFolder::Stream::kStderr ? 2 : 1, line + "\n");
+      folder_(options.fold, [this](LogFolder::Stream stream, const std::string& line) {
+        printed_.emplace_back(stream == LogFolder::Stream::kStderr ? 2 : 1, line + "\n");
       }) {
   auto p = make_pipe();
   if (!p) throw std::runtime_error(p.error().to_string());
@@ -91,6 +91,7 @@ LocalHost::~LocalHost() {
   wake();
   pump_.join();
   folder_.flush_all();
+  write_printed();
   ::close(wake_[0]);
   ::close(wake_[1]);
 }
@@ -310,28 +311,37 @@ void LocalHost::pump() {
     char sink[256];
     while (::read(wake_[0], sink, sizeof sink) > 0) {
     }
-    std::lock_guard lock(mu_);
-    for (std::size_t i = 1; i < fds.size(); ++i) {
-      if (!fds[i].revents) continue;
-      auto [pid, is_err] = owners[i - 1];
-      drain(children_[pid], is_err);
-    }
     bool any = false;
-    for (auto& [pid, c] : children_) {
-      if (c.exit) continue;
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        // What it wrote before it died comes before anyone hears that it did.
-        if (c.out >= 0) drain(c, false);
-        if (c.err >= 0) drain(c, true);
-        c.exit = decode_status(status);
-        if (c.lifeline >= 0) ::close(c.lifeline), c.lifeline = -1;
-        any = true;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        auto [pid, is_err] = owners[i - 1];
+        drain(children_[pid], is_err);
       }
+      for (auto& [pid, c] : children_) {
+        if (c.exit) continue;
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) == pid) {
+          // What it wrote before it died comes before anyone hears that it did.
+          if (c.out >= 0) drain(c, false);
+          if (c.err >= 0) drain(c, true);
+          c.exit = decode_status(status);
+          if (c.lifeline >= 0) ::close(c.lifeline), c.lifeline = -1;
+          any = true;
+        }
+      }
+      folder_.flush_due(LogFolder::Clock::now());
     }
-    folder_.flush_due(LogFolder::Clock::now());
+    // Printed outside the lock: a stalled terminal must not stall spawn() or status().
+    write_printed();
     if (any) exited_.notify_all();
   }
+}
+
+void LocalHost::write_printed() {
+  for (auto& [fd, text] : printed_) write_all(fd, text);
+  printed_.clear();
 }
 
 }  // namespace sceptre::host

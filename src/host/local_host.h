@@ -96,6 +96,9 @@ class LocalHost {
   const Options options_;
   std::chrono::milliseconds grace_{5000};
   LogFolder folder_;  // pump thread only (and the destructor, after it joined)
+  // What the folder emitted, to be written once mu_ is released. Pump thread only (as folder_).
+  std::vector<std::pair<int, std::string>> printed_;
+  void write_printed();
 
   mutable std::mutex mu_;
   std::condition_variable exited_;

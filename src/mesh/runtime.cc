@@ -76,6 +76,11 @@ void apply_log_level(const Config& config) {
 }
 
 // The proc role: serve, report, run until the lifeline closes, exit. Never returns.
+bool proc_role() {
+  const char* role = std::getenv("SCEPTRE_ROLE");
+  return role && std::string_view(role) == "proc";
+}
+
 void serve_proc();
 
 [[noreturn]] void run_proc() {
@@ -199,10 +204,13 @@ std::shared_ptr<RuntimeState> runtime_state() {
 }
 }  // namespace
 
-std::chrono::milliseconds spawn_timeout() {
+// The running controller's configuration, else the defaults.
+Config current_config() {
   std::lock_guard lock(g_mu);
-  return g_runtime ? g_runtime->config.spawn_timeout : Config{}.spawn_timeout;
+  return g_runtime ? g_runtime->config : Config{};
 }
+
+std::chrono::milliseconds spawn_timeout() { return current_config().spawn_timeout; }
 
 std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std::string& name,
                                                 const Extent& per_proc, std::vector<ActorId> actors) {
@@ -245,10 +253,7 @@ void stop_members(const MeshView& view) {
     const std::size_t b = view.base_rank(r);
     by_proc[m.proc_of[b]].push_back(m.actors[b].index);
   }
-  const auto timeout = [] {
-    std::lock_guard lock(g_mu);
-    return g_runtime ? g_runtime->config.stop_timeout : Config{}.stop_timeout;
-  }();
+  const auto timeout = current_config().stop_timeout;
   std::size_t most = 0;  // an agent stops its actors one after another
   for (auto& [p, indices] : by_proc) most = std::max(most, indices.size());
   std::vector<std::pair<std::uint32_t, Future<bool>>> pending;
@@ -272,14 +277,14 @@ void stop_members(const MeshView& view) {
 // --- Runtime ---------------------------------------------------------------------------------------
 
 Runtime::Runtime(int argc, char** argv) : Runtime(argc, argv, [] {
-  if (std::getenv("SCEPTRE_ROLE") && std::string(std::getenv("SCEPTRE_ROLE")) == "proc") run_proc();
+  if (proc_role()) return Config{};  // the proc reads its own (run_proc), never this one
   auto c = Config::load();
   if (!c) throw Exception(std::move(c).error().with_context("sceptre configuration"));
   return std::move(*c);
 }()) {}
 
 Runtime::Runtime(int argc, char** argv, Config config) {
-  if (const char* role = std::getenv("SCEPTRE_ROLE"); role && std::string(role) == "proc") run_proc();
+  if (proc_role()) run_proc();
   auto state = std::make_shared<detail::RuntimeState>();
   state->config = std::move(config);
   for (int i = 0; i < argc; ++i) state->argv.emplace_back(argv[i]);

@@ -3,6 +3,7 @@
 #include "sceptre/mesh/view.h"
 
 #include <limits>
+#include <numeric>
 
 #include "sceptre/actor/errors.h"
 #include "sceptre/mesh/actor_mesh.h"
@@ -22,12 +23,6 @@ namespace {
 
 [[noreturn]] void fail(Code code, std::string what) { throw CallError(Error(code, std::move(what))); }
 
-std::vector<std::size_t> iota(std::size_t n) {
-  std::vector<std::size_t> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i;
-  return v;
-}
-
 }  // namespace
 
 const CastItem* first_failure(const CastReply& reply) {
@@ -39,7 +34,9 @@ const CastItem* first_failure(const CastReply& reply) {
 }
 
 MeshView::MeshView(std::shared_ptr<const MeshMembers> members)
-    : members_(std::move(members)), extent_(members_->extent), base_(iota(members_->actors.size())) {}
+    : members_(std::move(members)), extent_(members_->extent), base_(members_->actors.size()) {
+  std::iota(base_.begin(), base_.end(), std::size_t{0});
+}
 
 MeshView::MeshView(std::shared_ptr<const MeshMembers> members, Extent extent, std::vector<std::size_t> base)
     : members_(std::move(members)), extent_(std::move(extent)), base_(std::move(base)) {}
