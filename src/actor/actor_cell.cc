@@ -151,6 +151,14 @@ void ActorCell::handle(Item& item) {
   }
 }
 
+std::optional<std::pair<std::string_view, std::chrono::steady_clock::time_point>> ActorCell::running() const {
+  const std::int64_t since = running_since_.load(std::memory_order_acquire);
+  const std::string* endpoint = running_endpoint_.load(std::memory_order_relaxed);
+  if (since == 0 || !endpoint) return std::nullopt;
+  return std::pair{std::string_view(*endpoint),
+                   std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(since))};
+}
+
 void ActorCell::handle_call(CallItem& call) {
   const CallHeader& h = call.header;
   if (!running_ || halted_) {
@@ -169,6 +177,14 @@ void ActorCell::handle_call(CallItem& call) {
   }
   context_ = call.context;  // cleared once the call is done, synchronously or by its Task
   Invocation invocation;
+  struct Running {  // the watchdog's view of this handler, for as long as it runs
+    ActorCell& cell;
+    Running(ActorCell& c, const std::string* endpoint) : cell(c) {
+      cell.running_endpoint_.store(endpoint, std::memory_order_relaxed);
+      cell.running_since_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_release);
+    }
+    ~Running() { cell.running_since_.store(0, std::memory_order_release); }
+  } running(*this, &endpoint->first);
   try {
     invocation = endpoint->second(*actor_, std::span(call.msg.body).subspan(call.offset), call.msg.parts,
                                   h.reply ? proc_.reply_header(*h.reply) : wire::Message{});

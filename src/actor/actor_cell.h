@@ -68,6 +68,10 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   const std::shared_ptr<const void>& call_context() const { return context_; }
   // Why it stopped or failed (empty while alive).
   std::string reason() const;
+  // The endpoint whose handler is running now and since when (steady clock), if one is; any
+  // thread. Only a handler's synchronous run counts: a coroutine waiting on another actor is not
+  // running.
+  std::optional<std::pair<std::string_view, std::chrono::steady_clock::time_point>> running() const;
 
   void enqueue(Item item);
   void add_child(std::shared_ptr<ActorCell> child);
@@ -125,6 +129,10 @@ class ActorCell : public std::enable_shared_from_this<ActorCell> {
   bool running_ = false;  // status_ == kRunning, readable without the lock. Executor only.  // terminal: the drain loop stops (set from any thread)
   bool finalized_ = false;
   std::shared_ptr<const void> context_;  // of the call being handled. Executor only.
+  // The handler running now (see running()): its endpoint's name, which lives in the endpoint
+  // table, and its start in steady-clock nanoseconds (0: none). Written on the executor.
+  std::atomic<const std::string*> running_endpoint_{nullptr};
+  std::atomic<std::int64_t> running_since_{0};
   ActorStatus status_ = ActorStatus::kCreated;
   std::string reason_;
   std::vector<std::shared_ptr<ActorCell>> children_;  // live ones

@@ -405,6 +405,24 @@ bool Proc::stop(const ActorId& actor, std::chrono::milliseconds timeout) {
   return false;
 }
 
+std::vector<BusyHandler> Proc::busy_handlers(std::chrono::nanoseconds longer_than) const {
+  std::vector<std::shared_ptr<detail::ActorCell>> cells;
+  {
+    std::lock_guard lock(impl_->actors_mu_);
+    cells.reserve(impl_->actors_.size());
+    for (const auto& [index, cell] : impl_->actors_) cells.push_back(cell);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<BusyHandler> busy;
+  for (const auto& cell : cells) {
+    auto running = cell->running();
+    if (running && now - running->second > longer_than) {
+      busy.push_back(BusyHandler{cell->id(), std::string(running->first), running->second});
+    }
+  }
+  return busy;
+}
+
 std::optional<ActorStatus> Proc::status(const ActorId& actor) const {
   auto cell = impl_->find_actor(actor);
   if (!cell) return std::nullopt;

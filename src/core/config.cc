@@ -217,6 +217,17 @@ const std::vector<Field>& fields() {
       field("log_level", &Config::log_level,
             ChoiceKind{{"trace", "debug", "info", "warn", "error", "off"}},
             "The least severe runtime log message that is printed."),
+      field("heartbeat_interval", &Config::heartbeat_interval, DurationKind{milliseconds(1)},
+            "How often every proc sends the controller a heartbeat, on a channel of its own (not "
+            "the one its actors' messages use)."),
+      field("heartbeat_timeout", &Config::heartbeat_timeout, DurationKind{milliseconds(1)},
+            "How long the controller hears nothing from a proc before it declares the proc lost "
+            "(frozen, or cut off), kills it and reports the failure. Keep it several intervals "
+            "long: a busy but alive proc must never be declared dead."),
+      field("watchdog_timeout", &Config::watchdog_timeout, DurationKind{},
+            "How long one handler of an actor may run before the proc reports the actor stuck (with "
+            "its endpoint and how long it has run); 0 switches the watchdog off. The actor is not "
+            "killed."),
   };
   return kFields;
 }

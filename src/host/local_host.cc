@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +47,20 @@ void write_all(int fd, std::string_view text) {
     if (n <= 0) return;
     text.remove_prefix(static_cast<std::size_t>(n));
   }
+}
+
+// A descriptor that becomes readable when `pid` ends; -1 where the kernel has none.
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return -1;
+  int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return high;
+#else
+  (void)pid;
+  return -1;
+#endif
 }
 
 ExitStatus decode_status(int status) {
@@ -172,6 +187,7 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
     c.lifeline = lifeline->second;
     c.out = out->first;
     c.err = err->first;
+    c.pidfd = open_pidfd(pid);
   }
   wake();
   return pid;
@@ -284,18 +300,20 @@ void LocalHost::line(Child& c, bool is_err, std::string_view text) {
 
 void LocalHost::pump() {
   std::vector<pollfd> fds;
-  std::vector<std::pair<pid_t, bool>> owners;  // fds[i + 1] is (pid, is_err)
+  std::vector<std::pair<pid_t, bool>> owners;  // fds[i + 1] is (pid, is_err), or a pidfd's (pid, false)
+  std::vector<std::pair<pid_t, ExitStatus>> ended;
   for (;;) {
     fds.clear();
     owners.clear();
     fds.push_back(pollfd{wake_[0], POLLIN, 0});
-    bool unreaped = false;
+    bool unreaped = false;  // one whose end only polling can see
     {
       std::lock_guard lock(mu_);
       for (auto& [pid, c] : children_) {
         if (c.out >= 0) fds.push_back(pollfd{c.out, POLLIN, 0}), owners.emplace_back(pid, false);
         if (c.err >= 0) fds.push_back(pollfd{c.err, POLLIN, 0}), owners.emplace_back(pid, true);
-        unreaped |= !c.exit;
+        if (c.pidfd >= 0) fds.push_back(pollfd{c.pidfd, POLLIN, 0}), owners.emplace_back(pid, false);
+        unreaped |= !c.exit && c.pidfd < 0;
       }
       if (stopping_ && !unreaped && owners.empty()) return;
     }
@@ -317,7 +335,9 @@ void LocalHost::pump() {
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if (!fds[i].revents) continue;
         auto [pid, is_err] = owners[i - 1];
-        drain(children_[pid], is_err);
+        Child& c = children_[pid];
+        if (fds[i].fd == c.pidfd) continue;  // reaped below
+        drain(c, is_err);
       }
       for (auto& [pid, c] : children_) {
         if (c.exit) continue;
@@ -328,6 +348,8 @@ void LocalHost::pump() {
           if (c.err >= 0) drain(c, true);
           c.exit = decode_status(status);
           if (c.lifeline >= 0) ::close(c.lifeline), c.lifeline = -1;
+          if (c.pidfd >= 0) ::close(c.pidfd), c.pidfd = -1;
+          ended.emplace_back(pid, *c.exit);
           any = true;
         }
       }
@@ -336,6 +358,10 @@ void LocalHost::pump() {
     // Printed outside the lock: a stalled terminal must not stall spawn() or status().
     write_printed();
     if (any) exited_.notify_all();
+    if (options_.on_exit) {
+      for (const auto& [pid, status] : ended) options_.on_exit(pid, status);
+    }
+    ended.clear();
   }
 }
 

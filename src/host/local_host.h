@@ -11,7 +11,8 @@
 // up, and the procs follow through their lifelines.
 //
 // Threads: spawn(), release(), kill(), wait_exit(), status() from any thread; one pump thread
-// owned by the LocalHost reads the pipes, runs the folder and reaps.
+// owned by the LocalHost reads the pipes, runs the folder and reaps. A proc's end wakes the pump
+// at once through a pidfd (Linux >= 5.3); without one, reaping is polled every 100 ms.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +52,9 @@ class LocalHost {
   struct Options {
     LogFolder::Options fold;
     std::size_t stderr_tail_lines = 20;
+    // Told of every proc that ended, once it is reaped (what it wrote is read by then), on the
+    // pump thread and without the LocalHost's lock held (it may call status() or stderr_tail()).
+    std::function<void(pid_t, const ExitStatus&)> on_exit;
   };
   // `argv`: the command line the procs get (the controller's own).
   LocalHost(std::vector<std::string> argv, Options options);
@@ -81,6 +86,7 @@ class LocalHost {
     std::string mesh;
     std::uint64_t rank = 0;
     int lifeline = -1;                 // write end; -1 once released
+    int pidfd = -1;                    // readable once it ends (-1: reaping is polled)
     int out = -1, err = -1;            // read ends; -1 at EOF
     std::string out_partial, err_partial;
     std::deque<std::string> tail;      // of stderr

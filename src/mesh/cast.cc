@@ -10,6 +10,7 @@
 #include "actor/envelope.h"
 #include "actor/proc_impl.h"
 #include "core/log.h"
+#include "mesh/supervisor.h"
 #include "sceptre/actor/actor.h"
 #include "sceptre/actor/endpoint.h"
 
@@ -323,7 +324,7 @@ ActorId cast_node(Proc& proc) {
   return node;
 }
 
-Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream) {
+Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream, const CastWatch* watch) {
   Proc& proc = Proc::current();
   ActorId node = cast_node(proc);
   auto state = std::make_shared<FutureState<CastReply>>();
@@ -333,36 +334,80 @@ Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> o
     state->set_value(CastReply{});
     return Future<CastReply>(std::move(state));
   }
+  Proc::Impl* impl = &proc.impl();
+  std::function<void(const Failure&)> on_failure;  // a watched proc failed: fail what still waits
   if (msg.mode == CastMode::kStream) {
+    // Which members have answered, so that a failure reaches exactly the others.
     struct Progress {
       std::mutex mu;
       std::uint64_t count = 0;
+      std::vector<std::uint64_t> waiting;  // the members' ranks
+      std::vector<char> answered;          // by rank
       PortId port;
     };
     auto progress = std::make_shared<Progress>();
-    Proc::Impl* impl = &proc.impl();
+    for (const auto& g : msg.groups) progress->waiting.insert(progress->waiting.end(), g.ranks.begin(), g.ranks.end());
+    std::uint64_t top = 0;
+    for (std::uint64_t r : progress->waiting) top = std::max(top, r + 1);
+    progress->answered.assign(top, 0);
+    auto sink = std::make_shared<std::function<void(CastReply&&)>>(std::move(on_stream));
     progress->port = impl->open_port(
-        [state, progress, total, on_stream = std::move(on_stream), impl](PortDelivery&& d) {
+        [state, progress, total, sink, impl](PortDelivery&& d) {
           auto reply = d.ok ? delivery_value<CastReply>(d) : Result<CastReply>(delivery_failure(d).error);
           if (!reply) {
             log().error("cast: a stream reply that does not decode: {}", reply.error().to_string());
             return;
           }
-          std::uint64_t n = reply->count;
-          on_stream(std::move(*reply));
           std::lock_guard lock(progress->mu);
-          progress->count += n;
-          if (progress->count >= total && !state->ready()) {
+          if (state->ready()) return;  // failed by supervision: these members were told already
+          for (const auto* list : {&reply->items, &reply->failures}) {
+            for (const auto& item : *list) {
+              if (item.rank < progress->answered.size()) progress->answered[item.rank] = 1;
+            }
+          }
+          progress->count += reply->count;
+          (*sink)(std::move(*reply));
+          if (progress->count >= total) {
             impl->close_port(progress->port.index);
             state->set_value(CastReply{});
           }
         },
         false);
     msg.reply = progress->port;
+    on_failure = [w = std::weak_ptr(state), progress, sink, impl](const Failure& f) {
+      auto s = w.lock();
+      if (!s) return;
+      std::lock_guard lock(progress->mu);
+      if (s->ready()) return;
+      CastReply failed;
+      for (std::uint64_t r : progress->waiting) {
+        if (!progress->answered[r]) failed.failures.push_back(CastItem{r, f, {}, {}}), progress->answered[r] = 1;
+      }
+      failed.count = failed.failures.size();
+      impl->close_port(progress->port.index);
+      (*sink)(std::move(failed));
+      s->set_value(CastReply{});
+    };
   } else if (msg.mode != CastMode::kBroadcast) {
-    msg.reply = proc.impl().open_port([state](PortDelivery&& d) { complete_from(*state, std::move(d)); }, true);
+    msg.reply = impl->open_port([state](PortDelivery&& d) { complete_from(*state, std::move(d)); }, true);
+    on_failure = [w = std::weak_ptr(state), impl, port = msg.reply->index](const Failure& f) {
+      auto s = w.lock();
+      if (s && s->set_failure(f)) impl->close_port(port);
+    };
   }
   if (msg.mode == CastMode::kBroadcast) state->set_value(CastReply{});
+  if (watch && watch->health && on_failure) {
+    auto failed = watch->health->watch(
+        watch->procs, [w = std::weak_ptr(state)] {
+          auto s = w.lock();
+          return !s || s->ready();
+        },
+        on_failure);
+    if (failed) {  // between the view's check and now
+      on_failure(*failed);
+      return Future<CastReply>(std::move(state));
+    }
+  }
   wire::Message m = begin_call(node, "cast", std::nullopt);
   wire::encode_into(m, msg);
   send_call(node, std::move(m));

@@ -2,6 +2,7 @@
 #include "sceptre/mesh/runtime.h"
 
 #include <arpa/inet.h>
+#include <execinfo.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include "core/log.h"
 #include "host/local_host.h"
+#include "mesh/supervisor.h"
 #include "sceptre/actor/port.h"
 #include "sceptre/mesh/detail/cast.h"
 
@@ -83,6 +85,28 @@ bool proc_role() {
 
 void serve_proc();
 
+// A proc that crashes prints where, on its stderr (which the controller keeps the tail of for the
+// failure report), then dies of the same signal.
+void on_crash(int sig) {
+  const char head[] = "sceptre proc: fatal signal; stack:\n";
+  (void)!::write(2, head, sizeof head - 1);
+  void* frames[64];
+  int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, 2);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void install_crash_handler() {
+  void* warm[1];
+  (void)::backtrace(warm, 1);  // loads libgcc now: not inside the handler
+  struct sigaction sa {};
+  sa.sa_handler = on_crash;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::sigaction(sig, &sa, nullptr);
+}
+
 [[noreturn]] void run_proc() {
   try {
     serve_proc();
@@ -113,8 +137,16 @@ void serve_proc() {
   }
   const int lifeline = std::atoi(env_or("SCEPTRE_LIFELINE", "3"));
   const std::uint64_t rank = std::strtoull(env_or("SCEPTRE_RANK", "0"), nullptr, 10);
+  install_crash_handler();
   {
     Proc proc(proc_options(*config));
+    // Destroyed before the proc: it reads the proc's handlers.
+    std::unique_ptr<detail::ProcMonitor> monitor;
+    if (const char* health = std::getenv("SCEPTRE_HEALTH"); health && *health) {
+      monitor = std::make_unique<detail::ProcMonitor>(proc, *config, health,
+                                                      std::strtoull(env_or("SCEPTRE_MESH_ID", "0"), nullptr, 10), rank);
+      proc.on_supervision([m = monitor.get()](const SupervisionEvent& e) { m->actor_failed(e); });
+    }
     ActorId node = detail::cast_node(proc);
     ActorId agent = proc.spawn<detail::ProcAgent>("agent").id();
     PortRef<BootReport>(*boot).send(BootReport{rank, node, agent, ::getpid()});
@@ -123,6 +155,8 @@ void serve_proc() {
       ssize_t n = ::read(lifeline, &c, 1);
       if (n == 0 || (n < 0 && errno != EINTR)) break;  // the controller let go, or is gone
     }
+    proc.on_supervision({});  // failures while stopping are not reported
+    monitor.reset();
   }  // stops the actors, gracefully first
 }
 
@@ -160,6 +194,10 @@ struct RuntimeState {
   Config config;
   std::vector<std::string> argv;
   std::unique_ptr<Proc> proc;
+  // Made after the host, whose pump thread tells it of every exit (hence atomic), and declared
+  // before it: the host, destroyed first, stops telling.
+  std::unique_ptr<Supervisor> supervisor_owner;
+  std::atomic<Supervisor*> supervisor{nullptr};
   std::shared_ptr<host::LocalHost> host;
   std::mutex mu;
   std::vector<std::weak_ptr<ProcMeshState>> meshes;
@@ -169,6 +207,7 @@ struct ProcMeshState {
   std::string name;
   std::weak_ptr<host::LocalHost> host;
   std::vector<pid_t> pids;
+  std::shared_ptr<MeshHealth> health;  // once every proc came up
   std::chrono::milliseconds grace{0};
   std::once_flag stopped;
 
@@ -181,12 +220,13 @@ struct ProcMeshState {
   }
   void stop() {
     std::call_once(stopped, [&] {
+      if (health) health->stopping = true;  // its procs' exits are expected now
       auto h = host.lock();
       if (!h) return;
       h->stop(pids, grace);
       for (std::size_t r = 0; r < pids.size(); ++r) {  // a proc that failed on its way out says so
         auto st = pids[r] ? h->status(pids[r]) : std::nullopt;
-        if (st && st->code != 0) log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, pids[r], st->to_string());
+        if (st && st->code != 0 && !(health && health->failure(r))) log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, pids[r], st->to_string());
       }
     });
   }
@@ -242,6 +282,7 @@ std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std
   m->fanout = pm.fanout;
   m->root_fanout = pm.root_fanout;
   m->keep_alive = pm.keep_alive;
+  m->health = pm.health;
   m->outstanding.reset(new std::atomic<std::int64_t>[m->actors.size()]());
   return m;
 }
@@ -298,10 +339,16 @@ Runtime::Runtime(int argc, char** argv, Config config) {
     ::setenv("SCEPTRE_SECRET", random_secret().c_str(), 1);
   }
   state->proc = std::make_unique<Proc>(proc_options(state->config));
+  detail::RuntimeState* raw = state.get();
   state->host = std::make_shared<host::LocalHost>(
       state->argv, host::LocalHost::Options{{state->config.log_fold, state->config.log_fold_window},
-                                            state->config.stderr_tail_lines});
+                                            state->config.stderr_tail_lines,
+                                            [raw](pid_t pid, const host::ExitStatus& status) {
+                                              if (auto* s = raw->supervisor.load()) s->on_exit(pid, status);
+                                            }});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
+  state->supervisor_owner = std::make_unique<detail::Supervisor>(state->config, state->host);
+  state->supervisor = state->supervisor_owner.get();
   (void)detail::cast_node(*state->proc);
   std::lock_guard lock(detail::g_mu);
   detail::g_runtime = state;
@@ -323,7 +370,9 @@ Runtime::~Runtime() {
     }
   }
   for (auto& s : live) s->stop();
-  state_->host.reset();  // stops any proc left, prints what they wrote
+  state_->host.reset();  // stops any proc left, prints what they wrote; no exit is told after this
+  state_->supervisor = nullptr;
+  state_->supervisor_owner.reset();
   state_->proc.reset();
 }
 
@@ -334,6 +383,8 @@ Runtime& Runtime::current() {
 }
 
 const Config& Runtime::config() const { return state_->config; }
+
+void Runtime::on_failure(FailureHandler handler) { state_->supervisor.load()->set_handler(std::move(handler)); }
 Proc& Runtime::proc() { return *state_->proc; }
 
 HostMesh this_host() { return Runtime::current().this_host(); }
@@ -370,6 +421,9 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   const std::string master_port = std::to_string(free_port());
   const std::string config_json = config.to_json();
   const char* secret = std::getenv("SCEPTRE_SECRET");
+  detail::Supervisor& supervisor = *rt->supervisor.load();
+  const std::string health_addr = supervisor.address();
+  const std::uint64_t mesh_id = supervisor.next_mesh_id();
   for (std::size_t r = 0; r < n; ++r) {
     host::ProcSpec spec;
     spec.mesh = name;
@@ -389,6 +443,8 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
                 "SCEPTRE_LIFELINE=3",
                 "SCEPTRE_SECRET=" + std::string(secret ? secret : ""),
                 "SCEPTRE_CONFIG=" + config_json,
+                "SCEPTRE_HEALTH=" + health_addr,
+                "SCEPTRE_MESH_ID=" + std::to_string(mesh_id),
                 "SCEPTRE_CONTROLLER=" + rt->proc->id().to_string()};
     auto pid = rt->host->spawn(spec);
     if (!pid) fail(r, "could not be started: " + pid.error().to_string());
@@ -430,9 +486,14 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
     }
   }
 
+  // Supervised from now on: an exit, a lost heartbeat or a failed actor is a failure of the mesh.
+  state->health = std::make_shared<detail::MeshHealth>(mesh_id, name, extent, state->pids, std::string());
+  supervisor.add(state->health);
+
   auto members = std::make_shared<detail::MeshMembers>();
   members->name = name;
   members->extent = extent;
+  members->health = state->health;
   for (std::size_t r = 0; r < n; ++r) {
     members->actors.push_back(reports[r]->node);
     members->agents.push_back(reports[r]->agent);
@@ -453,6 +514,25 @@ int ProcMesh::pid(std::size_t rank) const {
 
 void ProcMesh::stop() const {
   if (state_) state_->stop();
+}
+
+void ProcMesh::on_failure(FailureHandler handler) const {
+  if (!state_ || !state_->health) throw CallError(Error(Code::kFailedPrecondition, "on_failure of an empty ProcMesh"));
+  state_->health->set_handler(std::move(handler));
+}
+
+std::vector<std::size_t> ProcMesh::failed_ranks() const {
+  if (!state_ || !state_->health) return {};
+  std::vector<std::size_t> out;
+  for (std::size_t r = 0; r < view_.size(); ++r) {
+    if (state_->health->failure(view_.base_rank(r))) out.push_back(r);
+  }
+  return out;
+}
+
+std::optional<MeshFailure> ProcMesh::failure(std::size_t rank) const {
+  if (!state_ || !state_->health) return std::nullopt;
+  return state_->health->failure(view_.base_rank(rank));
 }
 
 }  // namespace sceptre

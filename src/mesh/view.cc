@@ -9,6 +9,8 @@
 #include "sceptre/mesh/actor_mesh.h"
 #include "sceptre/mesh/selection.h"
 #include "sceptre/mesh/slice.h"
+#include "core/log.h"
+#include "mesh/supervisor.h"
 
 namespace sceptre {
 
@@ -159,6 +161,50 @@ CastMessage MeshView::cast_message(std::string_view endpoint, wire::Message&& ar
   msg.hop_fanout = members_->root_fanout;
   msg.extent = extent_;
   return msg;
+}
+
+Future<CastReply> MeshView::cast(std::string_view endpoint, wire::Message&& args, CastMode mode, std::string reducer,
+                                  std::function<void(CastReply&&)> on_stream) const {
+  CastMessage msg = cast_message(endpoint, std::move(args), mode, std::move(reducer));
+  MeshHealth* health = members_ ? members_->health.get() : nullptr;
+  if (!health) return start_cast(std::move(msg), std::move(on_stream));
+  // msg.groups[p] is the group of the proc mesh's rank p (the nodes are in rank order).
+  CastWatch watch{members_->health, {}};
+  if (!health->any_failed()) {
+    for (std::size_t p = 0; p < msg.groups.size(); ++p) {
+      if (!msg.groups[p].indices.empty()) watch.procs.push_back(static_cast<std::uint32_t>(p));
+    }
+  } else {
+    CastReply failed;  // a stream's members in failed procs
+    std::vector<CastGroup> live;
+    live.reserve(msg.groups.size());
+    for (std::size_t p = 0; p < msg.groups.size(); ++p) {
+      CastGroup& g = msg.groups[p];
+      auto failure = health->failure(p);
+      if (!failure) {
+        if (!g.indices.empty()) watch.procs.push_back(static_cast<std::uint32_t>(p));
+        live.push_back(std::move(g));
+        continue;
+      }
+      if (g.indices.empty()) continue;  // the tree routes around it
+      const Failure f = MeshHealth::as_failure(*failure);
+      if (mode == CastMode::kCollect || mode == CastMode::kReduce) {
+        auto state = std::make_shared<FutureState<CastReply>>();
+        state->set_failure(f);
+        return Future<CastReply>(std::move(state));
+      }
+      if (mode == CastMode::kStream) {
+        for (std::uint64_t rank : g.ranks) failed.failures.push_back(CastItem{rank, f, {}, {}});
+        failed.count += g.ranks.size();
+      } else {
+        log().debug("a broadcast to '{}' skips {} members in failed rank {} of '{}'", name(), g.indices.size(), p,
+                    health->name);
+      }
+    }
+    msg.groups = std::move(live);
+    if (failed.count > 0) on_stream(std::move(failed));
+  }
+  return start_cast(std::move(msg), std::move(on_stream), mode == CastMode::kBroadcast ? nullptr : &watch);
 }
 
 }  // namespace detail

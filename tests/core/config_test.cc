@@ -33,6 +33,9 @@ Config all_changed() {
   c.log_fold_window = milliseconds(0);
   c.stderr_tail_lines = 0;
   c.log_level = "debug";
+  c.heartbeat_interval = milliseconds(250);
+  c.heartbeat_timeout = milliseconds(3'000);
+  c.watchdog_timeout = milliseconds(0);
   return c;
 }
 
@@ -71,7 +74,8 @@ TEST(Config, ToJsonRoundTripsEveryField) {
   }
   EXPECT_EQ(Config{}.to_json(),
             R"({"cast_fanout":16,"cast_root_fanout":1,"spawn_timeout":"30s","stop_timeout":"5s","transport":"unix",)"
-            R"("log_fold":true,"log_fold_window":"100ms","stderr_tail_lines":20,"log_level":"info"})");
+            R"("log_fold":true,"log_fold_window":"100ms","stderr_tail_lines":20,"log_level":"info",)"
+            R"("heartbeat_interval":"100ms","heartbeat_timeout":"800ms","watchdog_timeout":"5m"})");
 }
 
 TEST(Config, FromJsonChangesOnlyThePresentKeys) {

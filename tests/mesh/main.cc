@@ -7,7 +7,10 @@
 //                                            (to be killed), throws out of main, or returns
 //   --log-controller                         spawns 4 procs that print, then returns (first it
 //                                            prints "SERVING <proc 0's address> <controller's>")
+//   --unhandled-controller                   spawns 4 procs, prints "PIDS a b c d", crashes rank
+//                                            2, then kills the others, and handles none of it
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +24,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using sceptre::testing::Faulty;
 using sceptre::testing::Probe;
 
 // A proc that is told to fail at start (the start-failure test sets this in its environment).
@@ -64,12 +68,31 @@ int log_controller(int argc, char** argv) {
   return 0;
 }
 
+int unhandled_controller(int argc, char** argv) {
+  sceptre::Runtime runtime(argc, argv);
+  auto procs = sceptre::this_host().spawn_procs({{"gpus", 4}}, "victims");
+  auto members = procs.spawn<Faulty>("faulty");
+  (void)members.call<&Faulty::pid>().get(60s);
+  std::string line = "PIDS";
+  for (std::size_t r = 0; r < procs.size(); ++r) line += " " + std::to_string(procs.pid(r));
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  members.slice("gpus", 2).broadcast<&Faulty::crash>(std::string("segv"));
+  // The root cause is known: the others die of it (as they would of a collective it broke).
+  while (procs.failed_ranks().empty()) std::this_thread::sleep_for(1ms);
+  for (std::size_t r : {0, 1, 3}) ::kill(procs.pid(r), SIGKILL);
+  std::this_thread::sleep_for(60s);  // the supervisor ends the process long before
+  std::printf("controller went on\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   maybe_fail_at_start();
   if (argc > 2 && std::strcmp(argv[1], "--orphan-controller") == 0) return orphan_controller(argc, argv, argv[2]);
   if (argc > 1 && std::strcmp(argv[1], "--log-controller") == 0) return log_controller(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--unhandled-controller") == 0) return unhandled_controller(argc, argv);
   // A small fan-out, so that even the tests' small meshes cast through trees of several levels
   // (the controller-child modes above keep the defaults: a root fan-out of 1).
   auto config = sceptre::Config::load();
@@ -79,6 +102,8 @@ int main(int argc, char** argv) {
   }
   if (!std::getenv("SCEPTRE_CAST_FANOUT")) config->cast_fanout = 2;
   if (!std::getenv("SCEPTRE_CAST_ROOT_FANOUT")) config->cast_root_fanout = 2;
+  // Sanitizer builds on 2 busy cores: a generous silence before a proc is declared lost.
+  if (!std::getenv("SCEPTRE_HEARTBEAT_TIMEOUT")) config->heartbeat_timeout = std::chrono::seconds(3);
   sceptre::Runtime runtime(argc, argv, *config);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

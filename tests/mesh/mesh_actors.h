@@ -73,6 +73,27 @@ class Probe : public Actor {
 SCEPTRE_ACTOR(Probe, whoami, env, rank_times, half_rank, ranks_list, fail_on, record, history, sleep_ms, say,
               say_rank);
 
+// The supervision tests' member: fails in the ways a real one does.
+class Faulty : public Actor {
+ public:
+  std::int64_t pid() { return ::getpid(); }
+  // Dies: "segv" (a real invalid write), "abort", "exit" (status 1, without unwinding).
+  void crash(std::string how) {
+    std::fprintf(stderr, "faulty %d: about to %s\n", static_cast<int>(::getpid()), how.c_str());
+    if (how == "segv") *static_cast<volatile int*>(nullptr) = 1;
+    if (how == "abort") std::abort();
+    std::_Exit(1);
+  }
+  // Runs for `ms` without returning: a handler stuck for that long.
+  std::int64_t stuck_ms(std::int64_t ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+  // Throws: fire-and-forget, this fails the actor.
+  void throw_now(std::string what) { throw std::logic_error(what); }
+};
+SCEPTRE_ACTOR(Faulty, pid, crash, stuck_ms, throw_now);
+
 // A user accumulator: concatenates, then sorts, so the order members answer in does not matter.
 struct Concat {
   std::vector<std::int64_t> operator()(std::vector<std::int64_t> a, const std::vector<std::int64_t>& b) const {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "mesh/mesh_actors.h"
+#include "mesh/proc_util.h"
 
 extern char** environ;
 
@@ -22,75 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto kWait = std::chrono::seconds(120);  // generous: sanitizer builds on 2 cores
-
-// True while `pid` exists and is not a zombie.
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-}
-
-bool gone_within(const std::vector<pid_t>& pids, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    bool any = false;
-    for (pid_t p : pids) any |= alive(p);
-    if (!any) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
-// Runs this binary with `args` and extra environment; its stdout comes back through a pipe.
-struct Child {
-  pid_t pid = 0;
-  FILE* out = nullptr;
-};
-Child run_self(std::vector<std::string> args, std::vector<std::string> env = {}) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  std::vector<std::string> all_env;
-  for (char** e = environ; *e; ++e) all_env.emplace_back(*e);
-  all_env.insert(all_env.end(), env.begin(), env.end());
-  std::vector<char*> envp, argv;
-  for (auto& s : all_env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  argv.push_back(exe.data());
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  EXPECT_EQ(::posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  return Child{pid, ::fdopen(fds[0], "r")};
-}
-std::string read_line(FILE* f) {
-  char buf[4096];
-  if (!std::fgets(buf, sizeof buf, f)) return "";
-  std::string s(buf);
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-std::vector<std::string> read_all_lines(FILE* f) {
-  std::vector<std::string> lines;
-  for (std::string l; !(l = read_line(f)).empty() || !std::feof(f);) {
-    if (!l.empty()) lines.push_back(l);
-  }
-  return lines;
-}
-int wait_child(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
 
 // --- bootstrap -------------------------------------------------------------------------------------
 
@@ -442,12 +374,7 @@ class Orphans : public ::testing::TestWithParam<std::string> {};
 TEST_P(Orphans, NoProcOutlivesItsController) {
   const std::string how = GetParam();
   Child c = run_self({"--orphan-controller", how == "sigkill" || how == "sigint" ? "sleep" : how});
-  std::istringstream in(read_line(c.out));
-  std::string word;
-  in >> word;
-  ASSERT_EQ(word, "PIDS");
-  std::vector<pid_t> pids;
-  for (pid_t p; in >> p;) pids.push_back(p);
+  std::vector<pid_t> pids = read_pids(c.out);
   ASSERT_EQ(pids.size(), 3u);
   if (how == "sigkill" || how == "sigint") {
     for (pid_t p : pids) EXPECT_TRUE(alive(p));  // the controller sleeps: they run

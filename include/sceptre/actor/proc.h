@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sceptre/actor/actor.h"
 #include "sceptre/actor/actor_ref.h"
@@ -49,6 +50,13 @@ struct ProcOptions {
 struct ProcStats {
   std::uint64_t messages_sent = 0;      // handed to a channel (or failed as undeliverable)
   std::uint64_t messages_received = 0;  // from a channel
+};
+
+// A handler that has been running for a while: what a watchdog reports.
+struct BusyHandler {
+  ActorId actor;
+  std::string endpoint;
+  std::chrono::steady_clock::time_point since;  // when the handler started
 };
 
 class Proc {
@@ -107,6 +115,10 @@ class Proc {
   }
 
   ProcStats stats() const;
+
+  // The handlers of this proc's actors that have been running for longer than `longer_than`
+  // (only a handler's synchronous run counts, not a coroutine's wait). Any thread.
+  std::vector<BusyHandler> busy_handlers(std::chrono::nanoseconds longer_than) const;
 
   // The status of a local actor; nullopt when this proc never had it.
   std::optional<ActorStatus> status(const ActorId& actor) const;

@@ -36,6 +36,9 @@ struct Config {
   std::chrono::milliseconds log_fold_window{100};    // how long a line waits for identical ones
   std::size_t stderr_tail_lines = 20;                // lines of a failed proc's stderr in its error
   std::string log_level = "info";                    // trace, debug, info, warn, error, off
+  std::chrono::milliseconds heartbeat_interval{100};  // how often a proc tells the controller it is alive
+  std::chrono::milliseconds heartbeat_timeout{800};   // silence after which a proc is declared lost
+  std::chrono::milliseconds watchdog_timeout{300'000};  // a handler running longer is reported (0: never)
 
   // Overlays a JSON object on `base`: only the keys present change. Unknown keys, wrong types and
   // out-of-range values are Error(Code::kInvalidArgument) naming the key (an unknown key's error

@@ -17,9 +17,9 @@
 //
 // A member that fails a call (its endpoint throws, or it cannot be reached) fails the whole
 // call's Future with that member's error (the lowest failing rank); a stream throws it when its
-// turn comes. A member whose proc dies after it took the message is not reported yet: wait with
-// get(timeout) / next(timeout). Inside a handler, cast_point() tells a member where the
-// caller's view put it.
+// turn comes. A member whose proc fails (see supervision.h) fails every call in flight to it at
+// once with SupervisionError, and later calls to views that include it. Inside a handler,
+// cast_point() tells a member where the caller's view put it.
 #pragma once
 
 #include <chrono>
@@ -220,9 +220,8 @@ class ActorMesh {
   Stream<Value<M>> stream(Args&&... args) const {
     Stream<Value<M>> s(view_.extent(), size());
     auto shared = s.shared_;
-    s.done_ = detail::start_cast(
-        view_.cast_message(detail::endpoint_name<A, M>(), encode<M>(std::forward<Args>(args)...),
-                           detail::CastMode::kStream),
+    s.done_ = view_.cast(
+        detail::endpoint_name<A, M>(), encode<M>(std::forward<Args>(args)...), detail::CastMode::kStream, {},
         [shared](detail::CastReply&& r) {
           {
             std::lock_guard lock(shared->mu);
@@ -290,8 +289,7 @@ class ActorMesh {
   template <auto M, class... Vs>
   static Future<detail::CastReply> start_on(const detail::MeshView& v, detail::CastMode mode, std::string reducer,
                                             Vs&&... args) {
-    return detail::start_cast(
-        v.cast_message(detail::endpoint_name<A, M>(), encode<M>(std::forward<Vs>(args)...), mode, std::move(reducer)));
+    return v.cast(detail::endpoint_name<A, M>(), encode<M>(std::forward<Vs>(args)...), mode, std::move(reducer));
   }
   template <auto M>
   static Future<Value<M>> first_value(Future<detail::CastReply> reply) {

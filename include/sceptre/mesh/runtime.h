@@ -19,10 +19,13 @@
 // by ProcMesh::stop(), or by the kernel when the controller dies in any way, SIGKILL included —
 // makes the proc stop itself.
 //
+// Supervision: every proc is watched from the moment spawn_procs returns (see supervision.h).
+//
 // Every proc's environment has RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT (a free port of the controller's host, the same for every proc of one spawn), and
 // sceptre's own: SCEPTRE_ROLE, SCEPTRE_MESH, SCEPTRE_RANK, SCEPTRE_EXTENT, SCEPTRE_CONFIG (the
-// controller's effective Config), SCEPTRE_SECRET, SCEPTRE_BOOT and SCEPTRE_LIFELINE.
+// controller's effective Config), SCEPTRE_SECRET, SCEPTRE_BOOT, SCEPTRE_LIFELINE, SCEPTRE_HEALTH
+// (the controller's health channel) and SCEPTRE_MESH_ID.
 //
 // Threads: a Runtime is made once, on the main thread; meshes may be used from any thread but
 // spawn_procs, spawn and stop block until their members answer, so they are not for an actor's
@@ -40,6 +43,7 @@
 #include "sceptre/core/config.h"
 #include "sceptre/mesh/actor_mesh.h"
 #include "sceptre/mesh/extent.h"
+#include "sceptre/mesh/supervision.h"
 #include "sceptre/mesh/view.h"
 
 namespace sceptre {
@@ -82,6 +86,9 @@ class Runtime {
   static Runtime& current();
   const Config& config() const;
   Proc& proc();
+  // The handler of failures that no mesh's handler took (see supervision.h). Without one, an
+  // unhandled failure is reported on stderr and the controller exits with status 1.
+  void on_failure(FailureHandler handler);
   HostMesh this_host() const { return HostMesh{}; }
 
   std::shared_ptr<detail::RuntimeState> state() const { return state_; }
@@ -151,6 +158,13 @@ class ProcMesh {
   // Returns once all have exited. Idempotent; the last ProcMesh or ActorMesh of a spawn to go
   // away does it too.
   void stop() const;
+
+  // Supervision (see supervision.h). The handler of this spawn's failures (slices included):
+  // called once per failed rank; kPassUp hands the failure to the Runtime's handler.
+  void on_failure(FailureHandler handler) const;
+  // The ranks of this view that have failed, and why one did.
+  std::vector<std::size_t> failed_ranks() const;
+  std::optional<MeshFailure> failure(std::size_t rank) const;
 
  private:
   friend class HostMesh;

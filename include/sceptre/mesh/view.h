@@ -26,6 +26,8 @@ struct Range {
 
 namespace detail {
 
+class MeshHealth;
+
 // The actors of one spawn over a ProcMesh.
 struct MeshMembers {
   std::string name;
@@ -37,6 +39,7 @@ struct MeshMembers {
   std::size_t fanout = 16;
   std::size_t root_fanout = 1;
   std::shared_ptr<const void> keep_alive;  // the procs: they live while a view does
+  std::shared_ptr<MeshHealth> health;      // of the procs (see supervision.h); null outside a controller
   // Requests sent by choose() and not yet answered, by rank. Shared on its own, so that a reply
   // in flight never holds the mesh (and its procs) alive.
   std::shared_ptr<std::atomic<std::int64_t>[]> outstanding;
@@ -76,6 +79,12 @@ class MeshView {
   // A cast of `endpoint` with the encoded arguments `args` to every member of the view.
   CastMessage cast_message(std::string_view endpoint, wire::Message&& args, CastMode mode,
                            std::string reducer = {}) const;
+  // Sends that cast (see start_cast) under the supervision of the mesh's procs (see
+  // supervision.h): with a failed member in the view a call or reduction fails at once, a stream
+  // receives that member's failure at once and a broadcast skips it; the tree then routes around
+  // the failed procs. A member failing while the cast is in flight fails it at once.
+  Future<CastReply> cast(std::string_view endpoint, wire::Message&& args, CastMode mode, std::string reducer = {},
+                         std::function<void(CastReply&&)> on_stream = {}) const;
 
  private:
   MeshView(std::shared_ptr<const MeshMembers> members, Extent extent, std::vector<std::size_t> base);

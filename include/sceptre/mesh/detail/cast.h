@@ -125,14 +125,23 @@ struct ReducerRegistration {
 };
 
 // --- sending --------------------------------------------------------------------------------
+class MeshHealth;
+// A cast under supervision: the health of the procs it goes to, and which of them have targets.
+struct CastWatch {
+  std::shared_ptr<MeshHealth> health;
+  std::vector<std::uint32_t> procs;
+};
+
 // Sends `msg` (whose groups are every proc of the mesh, in tree order) through the current
 // proc's cast node. For collect and reduce the future completes with the combined reply of
 // every member; in stream mode `on_stream` receives each CastReply as it arrives (on an I/O
 // thread) and the future completes, empty, once every member is accounted for; a broadcast's
 // future is ready at once. A subtree whose node cannot be reached is reported as failures of its
-// ranks; a proc that dies after it took the cast is not noticed here (the caller's
-// get(timeout) bounds the wait; telling the caller at once is the supervision layer's job).
-Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream = {});
+// ranks. With a `watch`, a proc of it that fails while the cast is in flight fails the future at
+// once (a stream: every member not yet answered receives the failure); without one, only the
+// caller's get(timeout) bounds the wait.
+Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream = {},
+                             const CastWatch* watch = nullptr);
 
 // The cast node of `proc` (spawned on first use).
 ActorId cast_node(Proc& proc);

@@ -1,0 +1,489 @@
+// Supervision: failures as data (MeshFailure, failure_report), each spawn's health, the
+// controller's Supervisor and the procs' ProcMonitor (see supervisor.h).
+#include "mesh/supervisor.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/log.h"
+#include "host/local_host.h"
+#include "host/log_folder.h"
+
+namespace sceptre {
+
+std::string_view to_string(FailureCause cause) {
+  switch (cause) {
+    case FailureCause::kExited: return "exited";
+    case FailureCause::kKilled: return "killed";
+    case FailureCause::kActorFailed: return "actor failed";
+    case FailureCause::kHeartbeatLost: return "heartbeat lost";
+    case FailureCause::kStuck: return "stuck";
+  }
+  return "unknown";
+}
+
+std::string MeshFailure::summary() const {
+  return "rank " + std::to_string(rank) + " " + point.to_string() + " of '" + mesh + "' (pid " + std::to_string(pid) +
+         " on " + host + "): " + what;
+}
+
+std::string MeshFailure::to_string() const {
+  std::string s = summary();
+  if (!last_lines.empty()) {
+    s += "\n  the last lines of its stderr:";
+    for (const auto& l : last_lines) s += "\n    " + l;
+  }
+  return s;
+}
+
+
+std::string failure_report(const std::vector<MeshFailure>& failures) {
+  if (failures.empty()) return "no failures\n";
+  std::vector<const MeshFailure*> order;
+  for (const auto& f : failures) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(), [](const MeshFailure* a, const MeshFailure* b) { return a->when < b->when; });
+  const MeshFailure& root = *order.front();
+  std::string out = "sceptre: " + std::to_string(failures.size()) + " failure" + (failures.size() == 1 ? "" : "s") +
+                    " that no supervisor handled\n";
+  out += "root cause (detected first): " + root.to_string() + "\n";
+  if (order.size() == 1) return out;
+  // The rest, folded: one line per (mesh, cause, what), in the order of their first detection.
+  struct Fold {
+    const MeshFailure* first;
+    std::vector<std::uint64_t> ranks;
+  };
+  std::vector<Fold> folds;
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const MeshFailure& f = *order[i];
+    auto it = std::find_if(folds.begin(), folds.end(), [&](const Fold& g) {
+      return g.first->mesh == f.mesh && g.first->cause == f.cause && g.first->what == f.what;
+    });
+    if (it == folds.end()) {
+      folds.push_back(Fold{&f, {f.rank}});
+    } else {
+      it->ranks.push_back(f.rank);
+    }
+  }
+  out += "then:\n";
+  for (auto& g : folds) {
+    const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(g.first->when - root.when).count();
+    if (g.ranks.size() == 1) {
+      out += "  +" + std::to_string(after) + " ms " + g.first->summary() + "\n";
+    } else {
+      out += "  +" + std::to_string(after) + " ms ranks " + host::compress_ranks(g.ranks) + " of '" + g.first->mesh + "' (" +
+             std::to_string(g.ranks.size()) + "): " + g.first->what + "\n";
+    }
+  }
+  return out;
+}
+
+namespace detail {
+
+// --- MeshHealth ----------------------------------------------------------------------------------
+
+MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pids_, std::string host_)
+    : id(id_),
+      name(std::move(name_)),
+      extent(std::move(extent_)),
+      pids(std::move(pids_)),
+      host(std::move(host_)),
+      failures_(pids.size()),
+      last_heard_(new std::atomic<std::int64_t>[pids.size()]) {
+  for (std::size_t r = 0; r < pids.size(); ++r) heard_from(r);
+}
+
+std::optional<MeshFailure> MeshHealth::failure(std::size_t rank) const {
+  std::lock_guard lock(mu_);
+  return rank < failures_.size() ? failures_[rank] : std::nullopt;
+}
+
+std::vector<std::size_t> MeshHealth::failed_ranks() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::size_t> ranks;
+  for (std::size_t r = 0; r < failures_.size(); ++r) {
+    if (failures_[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+Failure MeshHealth::as_failure(const MeshFailure& f) {
+  return Failure::supervision(Error(Code::kUnavailable, f.summary()));
+}
+
+std::optional<Failure> MeshHealth::watch(std::vector<std::uint32_t> procs, std::function<bool()> done,
+                                         std::function<void(const Failure&)> fail) {
+  std::sort(procs.begin(), procs.end());
+  std::lock_guard lock(mu_);
+  for (std::uint32_t p : procs) {
+    if (p < failures_.size() && failures_[p]) return as_failure(*failures_[p]);
+  }
+  if (watches_.size() >= purge_at_) {  // forget the casts that are done; amortised O(1)
+    std::erase_if(watches_, [](const Watch& w) { return w.done(); });
+    purge_at_ = std::max<std::size_t>(64, 2 * watches_.size());
+  }
+  watches_.push_back(Watch{std::move(procs), std::move(done), std::move(fail)});
+  return std::nullopt;
+}
+
+bool MeshHealth::mark_failed(const MeshFailure& f) {
+  std::vector<Watch> hit;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping.load() || f.rank >= failures_.size() || failures_[f.rank]) return false;
+    failures_[f.rank] = f;
+    any_failed_.store(true, std::memory_order_release);
+    const auto rank = static_cast<std::uint32_t>(f.rank);
+    for (auto it = watches_.begin(); it != watches_.end();) {
+      if (std::binary_search(it->procs.begin(), it->procs.end(), rank)) {
+        hit.push_back(std::move(*it));
+        it = watches_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const Failure failure = as_failure(f);
+  for (auto& w : hit) {
+    if (!w.done()) w.fail(failure);
+  }
+  return true;
+}
+
+void MeshHealth::set_handler(FailureHandler handler) {
+  std::lock_guard lock(mu_);
+  handler_ = std::move(handler);
+}
+
+FailureHandler MeshHealth::handler() const {
+  std::lock_guard lock(mu_);
+  return handler_;
+}
+
+void MeshHealth::heard_from(std::size_t rank) {
+  if (rank < pids.size()) {
+    last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+}
+
+SteadyClock::time_point MeshHealth::last_heard(std::size_t rank) const {
+  return SteadyClock::time_point(SteadyClock::duration(last_heard_[rank].load(std::memory_order_relaxed)));
+}
+
+// --- Supervisor ----------------------------------------------------------------------------------
+
+namespace {
+
+std::string health_listen(const Config& config) {
+  static std::atomic<int> counter{0};
+  if (config.transport == "tcp") return "tcp:127.0.0.1:0";
+  return "unix:@sceptre-health-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+channel::ChannelOptions health_channel_options() {
+  channel::ChannelOptions o;
+  // A frozen peer must not make the channel give up for good: heartbeats are worth nothing late,
+  // but the channel must work again once the peer does.
+  o.delivery_timeout = std::chrono::hours(24);
+  o.max_queued_messages = 4096;
+  return o;
+}
+
+std::string this_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+Supervisor::Supervisor(const Config& config, std::shared_ptr<host::LocalHost> host)
+    : config_(config), host_(host) {
+  auto addr = channel::ChannelAddr::parse(health_listen(config));
+  if (!addr) throw Exception(std::move(addr).error());
+  auto rx = channel::serve(ctx_, *addr, health_channel_options(), [this](wire::Message m) { on_report(std::move(m)); });
+  if (!rx) throw Exception(Error(rx.error()).with_context("serving the health channel"));
+  rx_ = std::move(*rx);
+  checker_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    const auto tick = std::clamp(config_.heartbeat_timeout / 8, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
+    while (!closing_) {
+      wake_.wait_for(lock, tick);
+      if (closing_) break;
+      lock.unlock();
+      check_heartbeats();
+      lock.lock();
+    }
+  });
+  deliverer_ = std::thread([this] { deliver(); });
+}
+
+Supervisor::~Supervisor() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  wake_.notify_all();
+  checker_.join();
+  deliverer_.join();
+  if (rx_) rx_->close();
+}
+
+std::string Supervisor::address() const { return rx_->address().to_string(); }
+
+void Supervisor::set_handler(FailureHandler handler) {
+  std::lock_guard lock(mu_);
+  handler_ = std::move(handler);
+}
+
+void Supervisor::add(const std::shared_ptr<MeshHealth>& health) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(meshes_, [](const auto& kv) { return kv.second.expired(); });
+    std::erase_if(by_pid_, [](const auto& kv) { return kv.second.first.expired(); });
+    meshes_[health->id] = health;
+    for (std::size_t r = 0; r < health->pids.size(); ++r) by_pid_[health->pids[r]] = {health, r};
+  }
+  for (std::size_t r = 0; r < health->pids.size(); ++r) health->heard_from(r);
+  auto host = host_.lock();
+  if (!host) return;
+  for (std::size_t r = 0; r < health->pids.size(); ++r) {  // ended between its boot report and now
+    if (auto st = host->status(health->pids[r])) on_exit(health->pids[r], *st);
+  }
+}
+
+MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, FailureCause cause, std::string what) const {
+  MeshFailure f;
+  f.mesh = health.name;
+  f.rank = rank;
+  f.point = health.extent.point(rank);
+  f.cause = cause;
+  f.what = std::move(what);
+  f.host = health.host.empty() ? this_host_name() : health.host;
+  f.pid = health.pids.at(rank);
+  if (auto host = host_.lock()) f.last_lines = host->stderr_tail(f.pid);
+  f.when = SteadyClock::now();
+  return f;
+}
+
+void Supervisor::on_exit(pid_t pid, const host::ExitStatus& status) {
+  std::shared_ptr<MeshHealth> health;
+  std::size_t rank = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_pid_.find(pid);
+    if (it == by_pid_.end()) return;
+    health = it->second.first.lock();
+    rank = it->second.second;
+  }
+  if (!health || health->stopping.load()) return;
+  MeshFailure f = describe(*health, rank, status.signal ? FailureCause::kKilled : FailureCause::kExited,
+                           status.signal ? status.to_string() : "exited with " + status.to_string());
+  f.exit_code = status.code;
+  f.signal = status.signal;
+  fail(health, std::move(f));
+}
+
+void Supervisor::on_report(wire::Message&& msg) {
+  auto report = wire::decode<HealthReport>(msg);
+  if (!report) {
+    log().warn("health channel: a report that does not decode: {}", report.error().to_string());
+    return;
+  }
+  std::shared_ptr<MeshHealth> health;
+  {
+    std::lock_guard lock(mu_);
+    auto it = meshes_.find(report->mesh);
+    if (it != meshes_.end()) health = it->second.lock();
+  }
+  if (!health || report->rank >= health->pids.size()) return;  // a mesh gone, or not yet added
+  const auto rank = static_cast<std::size_t>(report->rank);
+  if (report->kind == HealthReport::kHeartbeat) {
+    health->heard_from(rank);
+    return;
+  }
+  if (health->stopping.load()) return;
+  MeshFailure f;
+  if (report->kind == HealthReport::kActorFailed) {
+    f = describe(*health, rank, FailureCause::kActorFailed,
+                 "actor " + report->actor + " failed" +
+                     (report->endpoint.empty() ? "" : " in endpoint '" + report->endpoint + "'") + ": " +
+                     (report->exception_type.empty() ? "" : report->exception_type + ": ") + report->message);
+    f.exception_type = report->exception_type;
+  } else if (report->kind == HealthReport::kStuck) {
+    f = describe(*health, rank, FailureCause::kStuck,
+                 "actor " + report->actor + " has been stuck in endpoint '" + report->endpoint + "' for " +
+                     std::to_string(report->running_ms) + " ms (Config::watchdog_timeout " +
+                     std::to_string(report->limit_ms) + " ms)");
+  } else {
+    log().warn("health channel: a report of unknown kind {} from rank {}", report->kind, report->rank);
+    return;
+  }
+  f.actor = report->actor;
+  f.endpoint = report->endpoint;
+  fail(health, std::move(f));
+}
+
+void Supervisor::check_heartbeats() {
+  std::vector<std::shared_ptr<MeshHealth>> meshes;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, w] : meshes_) {
+      if (auto h = w.lock()) meshes.push_back(std::move(h));
+    }
+  }
+  const auto now = SteadyClock::now();
+  for (auto& h : meshes) {
+    if (h->stopping.load()) continue;
+    for (std::size_t r = 0; r < h->pids.size(); ++r) {
+      const auto silent = now - h->last_heard(r);
+      if (silent <= config_.heartbeat_timeout || h->failure(r)) continue;
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+      fail(h, describe(*h, r, FailureCause::kHeartbeatLost,
+                       "no heartbeat for " + std::to_string(ms) + " ms (Config::heartbeat_timeout " +
+                           std::to_string(config_.heartbeat_timeout.count()) + " ms): frozen or cut off; killed"));
+    }
+  }
+}
+
+void Supervisor::fail(const std::shared_ptr<MeshHealth>& health, MeshFailure failure) {
+  const bool lost = failure.cause == FailureCause::kHeartbeatLost;
+  const pid_t pid = static_cast<pid_t>(failure.pid);
+  if (!health->mark_failed(failure)) return;  // once per rank
+  // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
+  // stopped process too), and its exit is then not a second failure.
+  if (lost) {
+    if (auto host = host_.lock()) host->kill(pid, SIGKILL);
+  }
+  log().debug("supervision: {}", failure.summary());
+  {
+    std::lock_guard lock(mu_);
+    queue_.emplace_back(health, std::move(failure));
+  }
+  wake_.notify_all();
+}
+
+void Supervisor::deliver() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+    if (closing_) return;
+    auto [health, failure] = std::move(queue_.front());
+    queue_.pop_front();
+    FailureHandler top = handler_;
+    lock.unlock();
+    Supervise outcome = Supervise::kPassUp;
+    for (const FailureHandler& h : {health->handler(), top}) {
+      if (!h || outcome == Supervise::kHandled) continue;
+      try {
+        outcome = h(failure);
+      } catch (const std::exception& e) {
+        log().error("supervision: a failure handler threw {} ({}); the failure counts as not handled",
+                    exception_type_name(e), e.what());
+        outcome = Supervise::kPassUp;
+        break;
+      }
+    }
+    if (outcome != Supervise::kHandled) {
+      std::vector<MeshFailure> all{std::move(failure)};
+      lock.lock();
+      // Failures that come together (a host lost, a collective broken) are reported together:
+      // a short wait gathers the consequences of the first.
+      wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; });
+      for (auto& [h, f] : queue_) all.push_back(std::move(f));
+      queue_.clear();
+      lock.unlock();
+      unhandled(std::move(all));
+    }
+    lock.lock();
+  }
+}
+
+void Supervisor::unhandled(std::vector<MeshFailure> failures) {
+  std::string report = failure_report(failures);
+  std::fflush(stdout);
+  std::fputs(report.c_str(), stderr);
+  std::fflush(stderr);
+  // Not exit(): main is still running on its own thread. The kernel closes every lifeline as the
+  // process goes, and the procs stop themselves.
+  std::_Exit(1);
+}
+
+// --- ProcMonitor ---------------------------------------------------------------------------------
+
+ProcMonitor::ProcMonitor(Proc& proc, const Config& config, const std::string& health_addr, std::uint64_t mesh,
+                         std::uint64_t rank)
+    : proc_(proc), config_(config), mesh_(mesh), rank_(rank) {
+  auto addr = channel::ChannelAddr::parse(health_addr);
+  if (!addr) throw Exception(std::move(addr).error().with_context("SCEPTRE_HEALTH"));
+  auto tx = channel::dial(ctx_, *addr, health_channel_options());
+  if (!tx) throw Exception(Error(tx.error()).with_context("dialling the health channel"));
+  tx_ = std::move(*tx);
+  thread_ = std::thread([this] { run(); });
+}
+
+ProcMonitor::~ProcMonitor() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  tx_->close();
+}
+
+void ProcMonitor::send(HealthReport report) {
+  report.mesh = mesh_;
+  report.rank = rank_;
+  Status s = tx_->send(wire::encode(report));
+  if (!s.ok() && report.kind != HealthReport::kHeartbeat) {
+    log().error("proc monitor: could not report to the controller: {}", s.error().to_string());
+  }
+}
+
+void ProcMonitor::actor_failed(const SupervisionEvent& event) {
+  log().error("actor {} failed: {}", event.actor.to_string(), event.to_string());
+  HealthReport r;
+  r.kind = HealthReport::kActorFailed;
+  r.actor = event.actor.to_string();
+  r.endpoint = event.endpoint;
+  r.exception_type = event.exception_type;
+  r.message = event.message;
+  send(std::move(r));
+}
+
+void ProcMonitor::run() {
+  // Each stuck handler is reported once: by actor and the time its handler started.
+  std::set<std::pair<std::string, SteadyClock::time_point::rep>> reported;
+  std::unique_lock lock(mu_);
+  while (!closing_) {
+    lock.unlock();
+    send(HealthReport{});
+    if (config_.watchdog_timeout.count() > 0) {
+      std::set<std::pair<std::string, SteadyClock::time_point::rep>> still;
+      const auto now = SteadyClock::now();
+      for (const BusyHandler& b : proc_.busy_handlers(config_.watchdog_timeout)) {
+        auto key = std::pair{b.actor.to_string(), b.since.time_since_epoch().count()};
+        still.insert(key);
+        if (reported.count(key)) continue;
+        HealthReport r;
+        r.kind = HealthReport::kStuck;
+        r.actor = key.first;
+        r.endpoint = b.endpoint;
+        r.running_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - b.since).count();
+        r.limit_ms = config_.watchdog_timeout.count();
+        log().error("actor {} has been stuck in '{}' for {} ms", r.actor, r.endpoint, r.running_ms);
+        send(std::move(r));
+      }
+      reported = std::move(still);
+    }
+    lock.lock();
+    wake_.wait_for(lock, config_.heartbeat_interval, [&] { return closing_; });
+  }
+}
+
+}  // namespace detail
+}  // namespace sceptre

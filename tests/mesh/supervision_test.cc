@@ -1,0 +1,243 @@
+// Supervision with real procs: each way a proc fails (killed, crashed, exited, frozen, an actor
+// failing, a handler stuck) becomes one MeshFailure naming it; what waits on a failed member
+// fails at once; the rest of the mesh keeps working; a stop is not a failure; and a failure
+// nobody handles ends the controller with a report, root cause first. How fast each is
+// detected is measured by bench/supervision_bench, not here: the bounds below are generous.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <sstream>
+
+#include "mesh/mesh_actors.h"
+#include "mesh/proc_util.h"
+
+namespace sceptre::testing {
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(120);  // generous: sanitizer builds on 2 cores
+
+// Collects what a mesh's failure handler receives.
+class Failures {
+ public:
+  FailureHandler handler() {
+    return [this](const MeshFailure& f) {
+      std::lock_guard lock(mu_);
+      got_.push_back(f);
+      cv_.notify_all();
+      return Supervise::kHandled;
+    };
+  }
+  std::vector<MeshFailure> wait_for(std::size_t n, std::chrono::seconds limit = kWait) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, limit, [&] { return got_.size() >= n; });
+    return got_;
+  }
+  std::vector<MeshFailure> now() {
+    std::lock_guard lock(mu_);
+    return got_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<MeshFailure> got_;
+};
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  return all;
+}
+
+TEST(Supervision, AKilledProcFailsWhatWaitsOnItAtOnceAndTheRestOfTheMeshKeepsWorking) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}}, "victims");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  auto pids = members.call<&Faulty::pid>().get(kWait);
+
+  // Ranks 1 and 2 are busy for 8 s; rank 1 is killed while the call waits on both.
+  auto in_flight = members.slice("gpus", Range{1, 3}).call<&Faulty::stuck_ms>(std::int64_t{8000});
+  std::this_thread::sleep_for(200ms);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(pids.at(1)), SIGKILL), 0);
+  try {
+    in_flight.get(kWait);
+    ADD_FAILURE() << "the call to a killed member succeeded";
+  } catch (const SupervisionError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 {gpus=1} of 'victims'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("killed by signal 9"), std::string::npos) << e.what();
+  }
+  // At once: long before the 8 s the other member still sleeps.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 4s);
+
+  auto got = failures.wait_for(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].mesh, "victims");
+  EXPECT_EQ(got[0].rank, 1u);
+  EXPECT_EQ(got[0].point.to_string(), "{gpus=1}");
+  EXPECT_EQ(got[0].cause, FailureCause::kKilled);
+  EXPECT_EQ(got[0].signal, SIGKILL);
+  EXPECT_EQ(got[0].pid, pids.at(1));
+  EXPECT_GE(got[0].when, killed_at);
+  EXPECT_EQ(procs.failed_ranks(), std::vector<std::size_t>{1});
+
+  // Views without the failed rank work; one with it fails at once, naming it.
+  EXPECT_EQ(members.slice("gpus", 0).call_one<&Faulty::pid>().get(kWait), pids.at(0));
+  EXPECT_EQ(members.slice("gpus", Range{3, 4}).call<&Faulty::pid>().get(kWait).at(0), pids.at(3));
+  EXPECT_THROW(members.call<&Faulty::pid>().get(5s), SupervisionError);
+  EXPECT_THROW(members.sum<&Faulty::pid>().get(5s), SupervisionError);
+  // A stream over ranks 0-1: rank 1's failure, rank 0's answer.
+  auto s = members.slice("gpus", Range{0, 2}).stream<&Faulty::pid>();
+  int values = 0, errors = 0;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      auto item = s.next(kWait);
+      ASSERT_TRUE(item);
+      EXPECT_EQ(item->first.rank(), 0u);
+      EXPECT_EQ(item->second, pids.at(0));
+      ++values;
+    } catch (const SupervisionError&) {
+      ++errors;
+    }
+  }
+  EXPECT_EQ(values, 1);
+  EXPECT_EQ(errors, 1);
+  EXPECT_FALSE(s.next(1s));
+  // A broadcast skips the failed member and reaches the others (their answers come after it).
+  members.broadcast<&Faulty::stuck_ms>(std::int64_t{1});
+  EXPECT_EQ(members.slice("gpus", 0).call_one<&Faulty::pid>().get(kWait), pids.at(0));
+
+  // Once per failed rank: nothing more arrives for it.
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(failures.now().size(), 1u);
+}
+
+class Deaths : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Deaths, EachWayOfDyingIsNamedWithWhatTheProcLastWrote) {
+  const std::string how = GetParam();
+  auto procs = this_host().spawn_procs({{"gpus", 2}}, "crashers");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  members.slice("gpus", 1).broadcast<&Faulty::crash>(how);
+  auto got = failures.wait_for(1);
+  ASSERT_EQ(got.size(), 1u);
+  const MeshFailure& f = got[0];
+  EXPECT_EQ(f.rank, 1u);
+  const std::string tail = joined(f.last_lines);
+  EXPECT_NE(tail.find("about to " + how), std::string::npos) << f.to_string();
+  if (how == "segv") {
+    EXPECT_EQ(f.cause, FailureCause::kKilled) << f.to_string();
+    EXPECT_EQ(f.signal, SIGSEGV) << f.to_string();
+    EXPECT_NE(tail.find("fatal signal; stack"), std::string::npos) << f.to_string();
+  } else if (how == "abort") {
+    EXPECT_EQ(f.cause, FailureCause::kKilled) << f.to_string();
+    EXPECT_EQ(f.signal, SIGABRT) << f.to_string();
+  } else {
+    EXPECT_EQ(f.cause, FailureCause::kExited) << f.to_string();
+    EXPECT_EQ(f.exit_code, 1) << f.to_string();
+    EXPECT_NE(f.what.find("exit code 1"), std::string::npos) << f.what;
+  }
+  // The other rank is unharmed.
+  EXPECT_GT(members.slice("gpus", 0).call_one<&Faulty::pid>().get(kWait), 0);
+}
+INSTANTIATE_TEST_SUITE_P(Kinds, Deaths, ::testing::Values("segv", "abort", "exit"));
+
+TEST(Supervision, AFrozenProcIsDeclaredLostByItsSilenceAndKilled) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}}, "sleepers");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  auto pids = members.call<&Faulty::pid>().get(kWait);
+  const pid_t frozen = static_cast<pid_t>(pids.at(0));
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(frozen, SIGSTOP), 0);
+  auto waiting = members.slice("gpus", 0).call_one<&Faulty::pid>();  // can never be answered
+  auto got = failures.wait_for(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rank, 0u);
+  EXPECT_EQ(got[0].cause, FailureCause::kHeartbeatLost) << got[0].to_string();
+  EXPECT_GE(got[0].when - stopped_at, Runtime::current().config().heartbeat_timeout);
+  EXPECT_THROW(waiting.get(kWait), SupervisionError);
+  // Killed, so that it can never come back as a member; and reported only once.
+  EXPECT_TRUE(gone_within({frozen}, 30s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(failures.now().size(), 1u);
+  EXPECT_GT(members.slice("gpus", 1).call_one<&Faulty::pid>().get(kWait), 0);
+}
+
+TEST(Supervision, AStuckHandlerIsReportedWithItsEndpointAndItsActorLives) {
+  // The procs of this mesh read a short watchdog limit from their environment.
+  ::setenv("SCEPTRE_WATCHDOG_TIMEOUT", "300ms", 1);
+  auto procs = this_host().spawn_procs({{"gpus", 2}}, "stuck");
+  ::unsetenv("SCEPTRE_WATCHDOG_TIMEOUT");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  auto pids = members.call<&Faulty::pid>().get(kWait);
+  auto call = members.slice("gpus", 1).call_one<&Faulty::stuck_ms>(std::int64_t{2500});
+  auto got = failures.wait_for(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rank, 1u);
+  EXPECT_EQ(got[0].cause, FailureCause::kStuck) << got[0].to_string();
+  EXPECT_EQ(got[0].endpoint, "stuck_ms");
+  EXPECT_NE(got[0].actor.find("faulty"), std::string::npos) << got[0].actor;
+  EXPECT_NE(got[0].what.find("300 ms"), std::string::npos) << got[0].what;  // the limit it broke
+  EXPECT_THROW(call.get(kWait), SupervisionError);  // the caller is told instead of waiting
+  // Not killed: its proc runs on, and the actor answers a direct call once the handler returns.
+  EXPECT_TRUE(alive(static_cast<pid_t>(pids.at(1))));
+  EXPECT_EQ(members.at(1).call<&Faulty::pid>().get(kWait), pids.at(1));
+}
+
+TEST(Supervision, AnActorThatFailsIsReportedWithItsException) {
+  auto procs = this_host().spawn_procs({{"gpus", 2}}, "throwers");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  members.slice("gpus", 1).broadcast<&Faulty::throw_now>(std::string("bad batch 17"));
+  auto got = failures.wait_for(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rank, 1u);
+  EXPECT_EQ(got[0].cause, FailureCause::kActorFailed) << got[0].to_string();
+  EXPECT_EQ(got[0].exception_type, "std::logic_error");
+  EXPECT_EQ(got[0].endpoint, "throw_now");
+  EXPECT_NE(got[0].what.find("bad batch 17"), std::string::npos) << got[0].what;
+}
+
+TEST(Supervision, StoppingAMeshIsNotAFailure) {
+  Failures failures;
+  {
+    auto procs = this_host().spawn_procs({{"gpus", 3}}, "quiet");
+    procs.on_failure(failures.handler());
+    auto members = procs.spawn<Faulty>("faulty");
+    (void)members.call<&Faulty::pid>().get(kWait);
+    procs.stop();
+  }
+  // Longer than a heartbeat timeout: silence after a stop is expected.
+  std::this_thread::sleep_for(Runtime::current().config().heartbeat_timeout + 500ms);
+  EXPECT_TRUE(failures.now().empty());
+}
+
+TEST(Supervision, AFailureNobodyHandlesEndsTheControllerWithAReportRootCauseFirst) {
+  Child c = run_self({"--unhandled-controller"}, {}, /*merge_stderr=*/true);
+  std::vector<pid_t> pids = read_pids(c.out);
+  ASSERT_EQ(pids.size(), 4u);
+  auto lines = read_all_lines(c.out);
+  std::fclose(c.out);
+  int status = wait_child(c.pid);
+  const std::string all = joined(lines);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << all;
+  EXPECT_NE(all.find("root cause (detected first): rank 2 {gpus=2} of 'victims'"), std::string::npos) << all;
+  EXPECT_NE(all.find("killed by signal 11"), std::string::npos) << all;
+  EXPECT_NE(all.find("fatal signal; stack"), std::string::npos) << all;  // its stderr, in the report
+  EXPECT_NE(all.find("killed by signal 9"), std::string::npos) << all;   // the consequences
+  EXPECT_EQ(all.find("controller went on"), std::string::npos) << all;
+  EXPECT_TRUE(gone_within(pids, 30s));
+}
+
+}  // namespace
+}  // namespace sceptre::testing
