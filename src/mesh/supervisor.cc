@@ -209,7 +209,7 @@ Supervisor::Supervisor(const Config& config, std::shared_ptr<host::LocalHost> ho
   rx_ = std::move(*rx);
   checker_ = std::thread([this] {
     std::unique_lock lock(mu_);
-    const auto tick = std::clamp(config_.heartbeat_timeout / 8, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
+    const auto tick = std::clamp(config_.heartbeat_timeout / 16, std::chrono::milliseconds(5), std::chrono::milliseconds(50));
     while (!closing_) {
       wake_.wait_for(lock, tick);
       if (closing_) break;
