@@ -17,6 +17,8 @@ packages=(
   iproute2 util-linux                     # taskset for pinned benchmarks
   nlohmann-json3-dev                      # JSON: configuration files
   openmpi-bin libopenmpi-dev              # Open MPI: the reference of the mesh benchmark
+  python3-torch                           # torch.distributed.elastic: the supervision benchmark's peer
+  stress-ng                               # CPU load for the supervision benchmark's soak
 )
 
 missing=()

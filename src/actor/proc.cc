@@ -133,11 +133,62 @@ void Proc::Impl::call_failed(const detail::CallHeader& call, const ProcId& at, F
 
 // --- ports ---------------------------------------------------------------------------------------
 
-PortId Proc::Impl::open_port(detail::PortSink sink, bool once) {
+PortId Proc::Impl::open_port(detail::PortSink sink, bool once, std::uint64_t peer) {
   std::lock_guard lock(ports_mu_);
   std::uint64_t index = next_port_++;
-  ports_.emplace(index, Port{std::move(sink), once});
+  ports_.emplace(index, Port{std::move(sink), once, peer});
   return PortId{id, index};
+}
+
+std::uint64_t Proc::Impl::peer_key(const ProcId& peer) {
+  return std::hash<std::string>{}(peer.addr) | 1;  // never 0, which means "none"
+}
+
+void Proc::Impl::peer_lost(const ProcId& peer, const Error& why) {
+  if (peer == id) return;
+  std::shared_ptr<channel::Tx> tx;
+  {
+    std::lock_guard lock(tx_mu_);
+    lost_.insert_or_assign(peer.addr, why);
+    any_lost_.store(true, std::memory_order_release);
+    if (auto it = txs_.find(peer.addr); it != txs_.end()) {
+      tx = std::move(it->second);
+      txs_.erase(it);
+    }
+  }
+  // The calls waiting on its replies fail first, as supervision failures; what the channel
+  // still held then comes back to ports that are gone.
+  const std::uint64_t key = peer_key(peer);
+  std::vector<detail::PortSink> waiting;
+  {
+    std::lock_guard lock(ports_mu_);
+    for (auto it = ports_.begin(); it != ports_.end();) {
+      if (it->second.peer == key) {
+        waiting.push_back(std::move(it->second.sink));
+        it = ports_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const Error lost = Error(why).with_context("proc " + peer.addr + " was lost");
+  for (auto& sink : waiting) {
+    sink(detail::PortDelivery{false, wire::encode(Failure::supervision(lost)), 0});
+  }
+  if (tx) tx->close();
+}
+
+void Proc::Impl::fail_lost(wire::Message&& msg, const Error& why, const ProcId& to) {
+  auto parsed = detail::parse_envelope(msg);
+  if (!parsed) return;
+  const Failure f = Failure::supervision(Error(why).with_context("proc " + to.addr + " was lost"));
+  if (auto* call = std::get_if<detail::CallHeader>(&parsed->header)) {
+    call_failed(*call, to, f);
+  } else if (auto* spawn = std::get_if<detail::SpawnHeader>(&parsed->header)) {
+    fail_port(spawn->reply, f);
+  } else {
+    log().debug("proc {}: a message for the lost proc {} is dropped", id.addr, to.addr);
+  }
 }
 
 void Proc::Impl::close_port(std::uint64_t index) {
@@ -218,6 +269,14 @@ std::shared_ptr<channel::Tx> Proc::Impl::tx_for(const ProcId& to, Error& error) 
 
 void Proc::Impl::send_remote(const ProcId& to, wire::Message&& msg) {
   remote_sent.fetch_add(1, std::memory_order_relaxed);
+  if (any_lost_.load(std::memory_order_acquire)) {
+    std::optional<Error> why;
+    {
+      std::lock_guard lock(tx_mu_);
+      if (auto it = lost_.find(to.addr); it != lost_.end()) why = it->second;
+    }
+    if (why) return fail_lost(std::move(msg), *why, to);
+  }
   Error error;
   auto tx = tx_for(to, error);
   if (!tx) {
@@ -405,6 +464,8 @@ bool Proc::stop(const ActorId& actor, std::chrono::milliseconds timeout) {
   return false;
 }
 
+void Proc::peer_lost(const ProcId& peer, const Error& why) { impl_->peer_lost(peer, why); }
+
 std::vector<BusyHandler> Proc::busy_handlers(std::chrono::nanoseconds longer_than) const {
   std::vector<std::shared_ptr<detail::ActorCell>> cells;
   {
@@ -446,7 +507,9 @@ ActorId Proc::adopt(std::unique_ptr<Actor> actor, const detail::EndpointTable& t
   return impl_->adopt(std::move(actor), table, own_thread, std::move(name), parent);
 }
 
-PortId Proc::open_port_here(detail::PortSink sink) { return impl_->open_port(std::move(sink), true); }
+PortId Proc::open_port_here(detail::PortSink sink, const ProcId& peer) {
+  return impl_->open_port(std::move(sink), true, peer == impl_->id ? 0 : Impl::peer_key(peer));
+}
 
 wire::Message Proc::begin_spawn(const std::string& key, const std::string& name, const PortId& reply) {
   return detail::begin_envelope(detail::Kind::kSpawn, detail::SpawnHeader{key, name, reply});
@@ -464,6 +527,11 @@ ProcScope::~ProcScope() { tl_proc = previous_; }
 namespace detail {
 
 PortId open_port(PortSink sink, bool once) { return Proc::current().impl().open_port(std::move(sink), once); }
+
+PortId open_call_port(PortSink sink, const ProcId& peer) {
+  auto& impl = Proc::current().impl();
+  return impl.open_port(std::move(sink), true, peer == impl.id ? 0 : Proc::Impl::peer_key(peer));
+}
 
 void close_port(const PortId& port) {
   auto& impl = Proc::current().impl();

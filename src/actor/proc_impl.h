@@ -47,7 +47,11 @@ struct Proc::Impl {
   // `at`: the proc the call was addressed to.
   void call_failed(const detail::CallHeader& call, const ProcId& at, Failure failure);
 
-  PortId open_port(detail::PortSink sink, bool once);
+  // `peer`: the proc whose reply the port waits for (peer_key of its id), 0 for none.
+  PortId open_port(detail::PortSink sink, bool once, std::uint64_t peer = 0);
+  static std::uint64_t peer_key(const ProcId& peer);
+  // See Proc::peer_lost.
+  void peer_lost(const ProcId& peer, const Error& why);
   void close_port(std::uint64_t index);
 
   // A top-level actor failed: the proc's supervision handler.
@@ -89,6 +93,7 @@ struct Proc::Impl {
   struct Port {
     detail::PortSink sink;
     bool once = false;
+    std::uint64_t peer = 0;
   };
   std::mutex ports_mu_;
   std::unordered_map<std::uint64_t, Port> ports_;
@@ -96,6 +101,10 @@ struct Proc::Impl {
 
   std::mutex tx_mu_;
   std::unordered_map<std::string, std::shared_ptr<channel::Tx>> txs_;
+  std::unordered_map<std::string, Error> lost_;  // procs lost for good, and why
+  std::atomic<bool> any_lost_{false};
+  // A message for a lost proc: what waits for it fails now.
+  void fail_lost(wire::Message&& msg, const Error& why, const ProcId& to);
 
   std::mutex handlers_mu_;
   std::function<void(const SupervisionEvent&)> on_supervision_;

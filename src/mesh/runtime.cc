@@ -138,6 +138,16 @@ void serve_proc() {
   const int lifeline = std::atoi(env_or("SCEPTRE_LIFELINE", "3"));
   const std::uint64_t rank = std::strtoull(env_or("SCEPTRE_RANK", "0"), nullptr, 10);
   install_crash_handler();
+  // User code that calls exit() in a handler must end the proc with that status, promptly: the
+  // static destructors exit() would run next race the proc's threads, which still use them.
+  // Registered last, this runs first, and skips them (glibc's on_exit gives the status).
+  ::on_exit(
+      [](int status, void*) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        ::_exit(status);
+      },
+      nullptr);
   {
     Proc proc(proc_options(*config));
     // Destroyed before the proc: it reads the proc's handlers.
@@ -347,7 +357,7 @@ Runtime::Runtime(int argc, char** argv, Config config) {
                                               if (auto* s = raw->supervisor.load()) s->on_exit(pid, status);
                                             }});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
-  state->supervisor_owner = std::make_unique<detail::Supervisor>(state->config, state->host);
+  state->supervisor_owner = std::make_unique<detail::Supervisor>(state->config, *state->proc, state->host);
   state->supervisor = state->supervisor_owner.get();
   (void)detail::cast_node(*state->proc);
   std::lock_guard lock(detail::g_mu);
@@ -487,7 +497,9 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   }
 
   // Supervised from now on: an exit, a lost heartbeat or a failed actor is a failure of the mesh.
-  state->health = std::make_shared<detail::MeshHealth>(mesh_id, name, extent, state->pids, std::string());
+  std::vector<ProcId> proc_ids;
+  for (std::size_t r = 0; r < n; ++r) proc_ids.push_back(reports[r]->node.proc);
+  state->health = std::make_shared<detail::MeshHealth>(mesh_id, name, extent, state->pids, std::move(proc_ids), std::string());
   supervisor.add(state->health);
 
   auto members = std::make_shared<detail::MeshMembers>();

@@ -85,11 +85,13 @@ namespace detail {
 
 // --- MeshHealth ----------------------------------------------------------------------------------
 
-MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pids_, std::string host_)
+MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pids_,
+                       std::vector<ProcId> procs_, std::string host_)
     : id(id_),
       name(std::move(name_)),
       extent(std::move(extent_)),
       pids(std::move(pids_)),
+      procs(std::move(procs_)),
       host(std::move(host_)),
       failures_(pids.size()),
       last_heard_(new std::atomic<std::int64_t>[pids.size()]) {
@@ -200,8 +202,8 @@ std::string this_host_name() {
 
 }  // namespace
 
-Supervisor::Supervisor(const Config& config, std::shared_ptr<host::LocalHost> host)
-    : config_(config), host_(host) {
+Supervisor::Supervisor(const Config& config, Proc& proc, std::shared_ptr<host::LocalHost> host)
+    : config_(config), proc_(proc), host_(host) {
   auto addr = channel::ChannelAddr::parse(health_listen(config));
   if (!addr) throw Exception(std::move(addr).error());
   auto rx = channel::serve(ctx_, *addr, health_channel_options(), [this](wire::Message m) { on_report(std::move(m)); });
@@ -353,6 +355,12 @@ void Supervisor::fail(const std::shared_ptr<MeshHealth>& health, MeshFailure fai
   const bool lost = failure.cause == FailureCause::kHeartbeatLost;
   const pid_t pid = static_cast<pid_t>(failure.pid);
   if (!health->mark_failed(failure)) return;  // once per rank
+  // When the proc is gone, direct calls to its actors (ActorRef) fail now too, and later ones
+  // at once. A proc with a failed or stuck actor is still there, and so are its other actors.
+  const bool gone = failure.cause == FailureCause::kExited || failure.cause == FailureCause::kKilled || lost;
+  if (gone && failure.rank < health->procs.size()) {
+    proc_.peer_lost(health->procs[failure.rank], Error(Code::kUnavailable, failure.summary()));
+  }
   // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
   // stopped process too), and its exit is then not a second failure.
   if (lost) {

@@ -48,12 +48,14 @@ using SteadyClock = std::chrono::steady_clock;
 
 class MeshHealth {
  public:
-  MeshHealth(std::uint64_t id, std::string name, Extent extent, std::vector<pid_t> pids, std::string host);
+  MeshHealth(std::uint64_t id, std::string name, Extent extent, std::vector<pid_t> pids, std::vector<ProcId> procs,
+             std::string host);
 
   const std::uint64_t id;
   const std::string name;
   const Extent extent;
   const std::vector<pid_t> pids;
+  const std::vector<ProcId> procs;  // by rank
   const std::string host;
 
   // Set once the mesh is being stopped: from then on nothing that happens to it is a failure.
@@ -112,7 +114,8 @@ struct HealthReport {
 
 class Supervisor {
  public:
-  Supervisor(const Config& config, std::shared_ptr<host::LocalHost> host);
+  // `proc`: the controller's, told of every proc lost (Proc::peer_lost); it outlives this.
+  Supervisor(const Config& config, Proc& proc, std::shared_ptr<host::LocalHost> host);
   ~Supervisor();  // stops its threads; handlers still queued are dropped
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -141,6 +144,7 @@ class Supervisor {
   [[noreturn]] void unhandled(std::vector<MeshFailure> failures);
 
   const Config config_;
+  Proc& proc_;
   std::weak_ptr<host::LocalHost> host_;
   std::atomic<std::uint64_t> next_id_{0};
 

@@ -61,6 +61,7 @@ TEST(Supervision, AKilledProcFailsWhatWaitsOnItAtOnceAndTheRestOfTheMeshKeepsWor
   // Ranks 1 and 2 are busy for 8 s; rank 1 is killed while the call waits on both.
   auto in_flight = members.slice("gpus", Range{1, 3}).call<&Faulty::stuck_ms>(std::int64_t{8000});
   std::this_thread::sleep_for(200ms);
+  auto direct = members.at(1).call<&Faulty::pid>();  // an ActorRef call, queued behind the sleep
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(::kill(static_cast<pid_t>(pids.at(1)), SIGKILL), 0);
   try {
@@ -70,6 +71,7 @@ TEST(Supervision, AKilledProcFailsWhatWaitsOnItAtOnceAndTheRestOfTheMeshKeepsWor
     EXPECT_NE(std::string(e.what()).find("rank 1 {gpus=1} of 'victims'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("killed by signal 9"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(direct.get(kWait), SupervisionError);
   // At once: long before the 8 s the other member still sleeps.
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 4s);
 
@@ -89,6 +91,7 @@ TEST(Supervision, AKilledProcFailsWhatWaitsOnItAtOnceAndTheRestOfTheMeshKeepsWor
   EXPECT_EQ(members.slice("gpus", Range{3, 4}).call<&Faulty::pid>().get(kWait).at(0), pids.at(3));
   EXPECT_THROW(members.call<&Faulty::pid>().get(5s), SupervisionError);
   EXPECT_THROW(members.sum<&Faulty::pid>().get(5s), SupervisionError);
+  EXPECT_THROW(members.at(1).call<&Faulty::pid>().get(5s), SupervisionError);  // not a channel's timeout
   // A stream over ranks 0-1: rank 1's failure, rank 0's answer.
   auto s = members.slice("gpus", Range{0, 2}).stream<&Faulty::pid>();
   int values = 0, errors = 0;

@@ -51,8 +51,8 @@ class ActorRef {
   auto call(Args&&... args) const {
     using Reply = typename detail::ReplyOf<typename detail::MemberTraits<decltype(M)>::Return>::type;
     auto state = std::make_shared<detail::FutureState<Reply>>();
-    PortId port = detail::open_port(
-        [state](detail::PortDelivery&& d) { detail::complete_from(*state, std::move(d)); }, true);
+    PortId port = detail::open_call_port(
+        [state](detail::PortDelivery&& d) { detail::complete_from(*state, std::move(d)); }, id_.proc);
     dispatch<M>(std::optional<PortId>(std::move(port)), std::forward<Args>(args)...);
     return Future<Reply>(std::move(state));
   }

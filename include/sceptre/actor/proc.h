@@ -95,7 +95,7 @@ class Proc {
       auto id = detail::delivery_value<ActorId>(d);
       if (!id) return (void)state->set_failure(Failure::call(std::move(id).error()));
       state->set_value(ActorRef<A>(std::move(*id)));
-    });
+    }, where);
     wire::Message msg = begin_spawn(Registration::key(), name, reply);
     wire::encode_into(msg, std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...));
     send_spawn(where, std::move(msg));
@@ -115,6 +115,12 @@ class Proc {
   }
 
   ProcStats stats() const;
+
+  // Tells this proc that `peer` is gone for good (its supervisor said so, see
+  // sceptre/mesh/supervision.h): every call of this proc still waiting for a reply from it fails
+  // now with SupervisionError carrying `why`, and every later message to it fails at once the
+  // same way instead of waiting for a channel to give up.
+  void peer_lost(const ProcId& peer, const Error& why);
 
   // The handlers of this proc's actors that have been running for longer than `longer_than`
   // (only a handler's synchronous run counts, not a coroutine's wait). Any thread.
@@ -140,7 +146,7 @@ class Proc {
   friend class Actor;
   ActorId adopt(std::unique_ptr<Actor> actor, const detail::EndpointTable& table, bool own_thread,
                 std::string name, detail::ActorCell* parent);
-  PortId open_port_here(detail::PortSink sink);
+  PortId open_port_here(detail::PortSink sink, const ProcId& peer);
   wire::Message begin_spawn(const std::string& key, const std::string& name, const PortId& reply);
   void send_spawn(const ProcId& where, wire::Message&& msg);
 

@@ -31,6 +31,9 @@ using PortSink = std::function<void(PortDelivery&&)>;
 
 // Opens a port on the current proc. A `once` port closes itself after its first delivery.
 PortId open_port(PortSink sink, bool once);
+// A once port for the reply of a call to an actor of `peer`: it fails at once if the proc learns
+// that `peer` was lost (Proc::peer_lost).
+PortId open_call_port(PortSink sink, const ProcId& peer);
 void close_port(const PortId& port);
 
 // A call to `endpoint` of `to`, replying (if `reply`) to a port: the header, to which the
