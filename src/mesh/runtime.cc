@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <sstream>
 
@@ -215,11 +216,25 @@ struct RuntimeState {
 
 struct ProcMeshState {
   std::string name;
+  Extent extent;
   std::weak_ptr<host::LocalHost> host;
-  std::vector<pid_t> pids;
-  std::shared_ptr<MeshHealth> health;  // once every proc came up
   std::chrono::milliseconds grace{0};
   std::once_flag stopped;
+  // What every proc of the spawn is started with (a respawned rank too).
+  std::string master_port, config_json, health_addr, controller;
+  std::uint64_t mesh_id = 0;
+
+  std::mutex mu;  // pids and derived: a respawn changes them while others read
+  std::vector<pid_t> pids;
+  std::shared_ptr<MeshHealth> health;  // once every proc came up
+  std::weak_ptr<MeshMembers> members;  // the proc mesh's own (its procs' nodes and agents)
+  // Every actor mesh spawned on these procs, and how to make one of its members again.
+  struct Derived {
+    std::weak_ptr<MeshMembers> members;
+    ActorSpawner spawn_one;
+  };
+  std::vector<Derived> derived;
+  std::mutex respawn_mu;  // one respawn at a time
 
   ~ProcMeshState() {
     try {
@@ -228,15 +243,22 @@ struct ProcMeshState {
       log().error("proc mesh '{}': stopping it failed: {}", name, e.what());
     }
   }
+  std::vector<pid_t> pid_list() {
+    std::lock_guard lock(mu);
+    return pids;
+  }
   void stop() {
     std::call_once(stopped, [&] {
       if (health) health->stopping = true;  // its procs' exits are expected now
       auto h = host.lock();
       if (!h) return;
-      h->stop(pids, grace);
-      for (std::size_t r = 0; r < pids.size(); ++r) {  // a proc that failed on its way out says so
-        auto st = pids[r] ? h->status(pids[r]) : std::nullopt;
-        if (st && st->code != 0 && !(health && health->failure(r))) log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, pids[r], st->to_string());
+      const std::vector<pid_t> all = pid_list();
+      h->stop(all, grace);
+      for (std::size_t r = 0; r < all.size(); ++r) {  // a proc that failed on its way out says so
+        auto st = all[r] ? h->status(all[r]) : std::nullopt;
+        if (st && st->code != 0 && !(health && health->failure(r))) {
+          log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, all[r], st->to_string());
+        }
       }
     });
   }
@@ -262,8 +284,8 @@ Config current_config() {
 
 std::chrono::milliseconds spawn_timeout() { return current_config().spawn_timeout; }
 
-std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std::string& name,
-                                                const Extent& per_proc, std::vector<ActorId> actors) {
+std::shared_ptr<MeshMembers> make_members(const MeshView& procs, const std::string& name, const Extent& per_proc,
+                                          std::vector<ActorId> actors) {
   const MeshMembers& pm = *procs.members();
   std::vector<std::string> names = procs.extent().names();
   std::vector<std::size_t> sizes = procs.extent().sizes();
@@ -287,8 +309,11 @@ std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std
     m->proc_of[k] = static_cast<std::uint32_t>(pm.proc_of[procs.base_rank(k / per)]);
   }
   m->actors = std::move(actors);
-  m->nodes = pm.nodes;
-  m->agents = pm.agents;
+  {
+    std::shared_lock lock(pm.table_mu);
+    m->nodes = pm.nodes;
+    m->agents = pm.agents;
+  }
   m->fanout = pm.fanout;
   m->root_fanout = pm.root_fanout;
   m->keep_alive = pm.keep_alive;
@@ -300,24 +325,31 @@ std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std
 void stop_members(const MeshView& view) {
   const MeshMembers& m = *view.members();
   std::map<std::uint32_t, std::vector<std::uint64_t>> by_proc;
-  for (std::size_t r = 0; r < view.size(); ++r) {
-    const std::size_t b = view.base_rank(r);
-    by_proc[m.proc_of[b]].push_back(m.actors[b].index);
+  std::vector<ActorId> agents;
+  std::string actor_name;
+  {
+    std::shared_lock lock(m.table_mu);
+    for (std::size_t r = 0; r < view.size(); ++r) {
+      const std::size_t b = view.base_rank(r);
+      by_proc[m.proc_of[b]].push_back(m.actors[b].index);
+    }
+    agents = m.agents;
+    actor_name = m.actors[0].name;
   }
   const auto timeout = current_config().stop_timeout;
   std::size_t most = 0;  // an agent stops its actors one after another
   for (auto& [p, indices] : by_proc) most = std::max(most, indices.size());
   std::vector<std::pair<std::uint32_t, Future<bool>>> pending;
   for (auto& [p, indices] : by_proc) {
-    pending.emplace_back(p, ActorRef<ProcAgent>(m.agents.at(p))
-                                .call<&ProcAgent::stop_actors>(m.actors[0].name, std::move(indices),
+    pending.emplace_back(p, ActorRef<ProcAgent>(agents.at(p))
+                                .call<&ProcAgent::stop_actors>(actor_name, std::move(indices),
                                                                static_cast<std::int64_t>(timeout.count())));
   }
   for (auto& [p, f] : pending) {
     try {
       (void)f.get(timeout * static_cast<long>(most) + std::chrono::seconds(10));
     } catch (const Exception& e) {
-      throw CallError(Error(Code::kUnavailable, "stopping '" + m.name + "' in proc " + m.nodes.at(p).proc.addr +
+      throw CallError(Error(Code::kUnavailable, "stopping '" + m.name + "' in proc " + agents.at(p).proc.addr +
                                                     ": " + e.what()));
     }
   }
@@ -401,42 +433,36 @@ HostMesh this_host() { return Runtime::current().this_host(); }
 
 // --- spawning procs ------------------------------------------------------------------------------
 
-ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
-  std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
-  if (Status s = check_actor_name(name); !s.ok()) {
-    throw CallError(Error(s.error()).with_context("the name of a proc mesh"));
-  }
-  const Config& config = rt->config;
-  const std::size_t n = extent.num_ranks();
-  auto state = std::make_shared<detail::ProcMeshState>();
-  state->name = name;
-  state->host = rt->host;
-  state->grace = config.stop_timeout + std::chrono::seconds(2);
-  state->pids.resize(n, 0);
+namespace {
 
+// Starts the procs of `ranks` of `state` and waits until each has reported that it is up.
+// Throws CallError naming the first that did not, after killing the ones it started.
+std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshState& state,
+                                    const std::vector<std::size_t>& ranks) {
+  const Config& config = rt.config;
+  const std::size_t n = state.extent.num_ranks();
+  std::map<std::size_t, pid_t> started;
   auto fail = [&](std::size_t rank, const std::string& why) {
-    std::vector<std::string> tail = state->pids[rank] ? rt->host->stderr_tail(state->pids[rank]) : std::vector<std::string>{};
-    std::string text = "proc mesh '" + name + "' " + extent.to_string() + ": rank " + std::to_string(rank) + " " +
-                       extent.point(rank).to_string() + " (pid " + std::to_string(state->pids[rank]) + ") " + why;
+    const pid_t pid = started.count(rank) ? started[rank] : 0;
+    std::vector<std::string> tail = pid ? rt.host->stderr_tail(pid) : std::vector<std::string>{};
+    std::string text = "proc mesh '" + state.name + "' " + state.extent.to_string() + ": rank " +
+                       std::to_string(rank) + " " + state.extent.point(rank).to_string() + " (pid " +
+                       std::to_string(pid) + ") " + why;
     if (!tail.empty()) {
       text += "; the last lines of its stderr:";
       for (const auto& l : tail) text += "\n    " + l;
     }
-    state->grace = std::chrono::milliseconds(1000);
-    state->stop();
+    std::vector<pid_t> pids;
+    for (auto& [r, p] : started) pids.push_back(p);
+    rt.host->stop(pids, std::chrono::milliseconds(1000));
     throw CallError(Error(Code::kUnavailable, std::move(text)));
   };
 
   auto [boot_ref, boot_rx] = open_port<BootReport>();
-  const std::string master_port = std::to_string(free_port());
-  const std::string config_json = config.to_json();
   const char* secret = std::getenv("SCEPTRE_SECRET");
-  detail::Supervisor& supervisor = *rt->supervisor.load();
-  const std::string health_addr = supervisor.address();
-  const std::uint64_t mesh_id = supervisor.next_mesh_id();
-  for (std::size_t r = 0; r < n; ++r) {
+  for (std::size_t r : ranks) {
     host::ProcSpec spec;
-    spec.mesh = name;
+    spec.mesh = state.name;
     spec.rank = r;
     const std::string rs = std::to_string(r), ns = std::to_string(n);
     spec.env = {"RANK=" + rs,
@@ -444,62 +470,98 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
                 "LOCAL_RANK=" + rs,
                 "LOCAL_WORLD_SIZE=" + ns,
                 "MASTER_ADDR=127.0.0.1",
-                "MASTER_PORT=" + master_port,
+                "MASTER_PORT=" + state.master_port,
                 "SCEPTRE_ROLE=proc",
-                "SCEPTRE_MESH=" + name,
+                "SCEPTRE_MESH=" + state.name,
                 "SCEPTRE_RANK=" + rs,
-                "SCEPTRE_EXTENT=" + extent.to_string(),
+                "SCEPTRE_EXTENT=" + state.extent.to_string(),
                 "SCEPTRE_BOOT=" + boot_ref.id().to_string(),
                 "SCEPTRE_LIFELINE=3",
                 "SCEPTRE_SECRET=" + std::string(secret ? secret : ""),
-                "SCEPTRE_CONFIG=" + config_json,
-                "SCEPTRE_HEALTH=" + health_addr,
-                "SCEPTRE_MESH_ID=" + std::to_string(mesh_id),
-                "SCEPTRE_CONTROLLER=" + rt->proc->id().to_string()};
-    auto pid = rt->host->spawn(spec);
+                "SCEPTRE_CONFIG=" + state.config_json,
+                "SCEPTRE_HEALTH=" + state.health_addr,
+                "SCEPTRE_MESH_ID=" + std::to_string(state.mesh_id),
+                "SCEPTRE_CONTROLLER=" + state.controller};
+    auto pid = rt.host->spawn(spec);
     if (!pid) fail(r, "could not be started: " + pid.error().to_string());
-    state->pids[r] = *pid;
-  }
-  {
-    std::lock_guard lock(rt->mu);
-    std::erase_if(rt->meshes, [](const auto& w) { return w.expired(); });
-    rt->meshes.push_back(state);
+    started[r] = *pid;
   }
 
-  std::vector<std::optional<BootReport>> reports(n);
-  std::size_t got = 0;
+  std::map<std::size_t, BootReport> reports;
   const auto deadline = std::chrono::steady_clock::now() + config.spawn_timeout;
-  while (got < n) {
+  while (reports.size() < ranks.size()) {
     try {
       BootReport b = boot_rx.recv(std::chrono::milliseconds(50));
-      if (b.rank >= n || reports[b.rank] || b.pid != state->pids[b.rank]) {
-        log().warn("proc mesh '{}': a boot report from rank {} pid {} that is not expected; ignored", name, b.rank,
-                   b.pid);
+      auto it = started.find(b.rank);
+      if (it == started.end() || reports.count(b.rank) || b.pid != it->second) {
+        log().warn("proc mesh '{}': a boot report from rank {} pid {} that is not expected; ignored", state.name,
+                   b.rank, b.pid);
         continue;
       }
       reports[b.rank] = std::move(b);
-      ++got;
       continue;
     } catch (const TimeoutError&) {
     }
-    for (std::size_t r = 0; r < n; ++r) {
-      if (reports[r]) continue;
-      if (auto st = rt->host->status(state->pids[r])) fail(r, "exited before it came up (" + st->to_string() + ")");
+    for (auto& [r, pid] : started) {
+      if (reports.count(r)) continue;
+      if (auto st = rt.host->status(pid)) fail(r, "exited before it came up (" + st->to_string() + ")");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      for (std::size_t r = 0; r < n; ++r) {
-        if (!reports[r]) {
+      for (auto& [r, pid] : started) {
+        if (!reports.count(r)) {
           fail(r, "did not come up within " + std::to_string(config.spawn_timeout.count()) +
                       " ms (Config::spawn_timeout)");
         }
       }
     }
   }
+  std::vector<BootReport> out;
+  for (std::size_t r : ranks) out.push_back(std::move(reports.at(r)));
+  return out;
+}
+
+}  // namespace
+
+ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
+  std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
+  if (Status s = check_actor_name(name); !s.ok()) {
+    throw CallError(Error(s.error()).with_context("the name of a proc mesh"));
+  }
+  const Config& config = rt->config;
+  const std::size_t n = extent.num_ranks();
+  detail::Supervisor& supervisor = *rt->supervisor.load();
+  auto state = std::make_shared<detail::ProcMeshState>();
+  state->name = name;
+  state->extent = extent;
+  state->host = rt->host;
+  state->grace = config.stop_timeout + std::chrono::seconds(2);
+  state->master_port = std::to_string(free_port());
+  state->config_json = config.to_json();
+  state->health_addr = supervisor.address();
+  state->mesh_id = supervisor.next_mesh_id();
+  state->controller = rt->proc->id().to_string();
+
+  std::vector<std::size_t> all(n);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::vector<BootReport> reports;
+  try {
+    reports = start_procs(*rt, *state, all);
+  } catch (...) {
+    state->grace = std::chrono::milliseconds(1000);
+    throw;  // start_procs stopped what it started
+  }
+  for (const auto& b : reports) state->pids.push_back(static_cast<pid_t>(b.pid));
+  {
+    std::lock_guard lock(rt->mu);
+    std::erase_if(rt->meshes, [](const auto& w) { return w.expired(); });
+    rt->meshes.push_back(state);
+  }
 
   // Supervised from now on: an exit, a lost heartbeat or a failed actor is a failure of the mesh.
   std::vector<ProcId> proc_ids;
-  for (std::size_t r = 0; r < n; ++r) proc_ids.push_back(reports[r]->node.proc);
-  state->health = std::make_shared<detail::MeshHealth>(mesh_id, name, extent, state->pids, std::move(proc_ids), std::string());
+  for (const auto& b : reports) proc_ids.push_back(b.node.proc);
+  state->health =
+      std::make_shared<detail::MeshHealth>(state->mesh_id, name, extent, state->pids, std::move(proc_ids), std::string());
   supervisor.add(state->health);
 
   auto members = std::make_shared<detail::MeshMembers>();
@@ -507,8 +569,8 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   members->extent = extent;
   members->health = state->health;
   for (std::size_t r = 0; r < n; ++r) {
-    members->actors.push_back(reports[r]->node);
-    members->agents.push_back(reports[r]->agent);
+    members->actors.push_back(reports[r].node);
+    members->agents.push_back(reports[r].agent);
     members->proc_of.push_back(static_cast<std::uint32_t>(r));
   }
   members->nodes = members->actors;
@@ -516,12 +578,91 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   members->root_fanout = config.cast_root_fanout;
   members->keep_alive = state;
   members->outstanding.reset(new std::atomic<std::int64_t>[n]());
+  state->members = members;
   return ProcMesh(std::move(state), detail::MeshView(std::move(members)));
 }
 
+void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
+  if (!state_ || !state_->health) throw CallError(Error(Code::kFailedPrecondition, "respawn of an empty ProcMesh"));
+  std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
+  detail::ProcMeshState& st = *state_;
+  std::lock_guard one(st.respawn_mu);
+  std::vector<std::size_t> base;
+  for (std::size_t r : ranks) {
+    const std::size_t b = view_.base_rank(r);
+    if (!st.health->failure(b)) {
+      throw CallError(Error(Code::kFailedPrecondition, "respawn of rank " + std::to_string(r) + " of '" + name() +
+                                                           "', which has not failed"));
+    }
+    base.push_back(b);
+  }
+  // What is left of the old procs goes first (a stuck one, or one whose actor failed, still runs).
+  {
+    std::vector<pid_t> old;
+    for (std::size_t b : base) old.push_back(st.health->pid(b));
+    for (pid_t p : old) rt->host->kill(p, SIGKILL);
+    rt->host->stop(old, std::chrono::milliseconds(1000));
+  }
+  std::vector<BootReport> reports = start_procs(*rt, st, base);
+  const auto timeout = detail::spawn_timeout();
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    const std::size_t b = base[i];
+    const BootReport& boot = reports[i];
+    // The procs' tables, then every actor mesh's: its members in this proc are made again with
+    // the arguments they were first made with.
+    if (auto m = st.members.lock()) {
+      std::unique_lock lock(m->table_mu);
+      m->actors.at(b) = boot.node;
+      m->nodes.at(b) = boot.node;
+      m->agents.at(b) = boot.agent;
+    }
+    std::vector<detail::ProcMeshState::Derived> derived;
+    {
+      std::lock_guard lock(st.mu);
+      st.pids.at(b) = static_cast<pid_t>(boot.pid);
+      derived = st.derived;
+    }
+    for (auto& d : derived) {
+      auto m = d.members.lock();
+      if (!m) continue;
+      std::vector<std::size_t> slots;
+      for (std::size_t k = 0; k < m->proc_of.size(); ++k) {
+        if (m->proc_of[k] == b) slots.push_back(k);
+      }
+      std::vector<ActorId> made;
+      for (std::size_t k = 0; k < slots.size(); ++k) {
+        try {
+          made.push_back(d.spawn_one(boot.node.proc, timeout));
+        } catch (const Exception& e) {
+          throw CallError(Error(Code::kUnavailable, "respawning '" + m->name + "' on rank " + std::to_string(b) +
+                                                        " of '" + st.name + "': " + e.what()));
+        }
+      }
+      std::unique_lock lock(m->table_mu);
+      for (std::size_t k = 0; k < slots.size(); ++k) m->actors.at(slots[k]) = made[k];
+      m->nodes.at(b) = boot.node;
+      m->agents.at(b) = boot.agent;
+    }
+    // Last: from here on the rank is a member again.
+    rt->supervisor.load()->rejoin(st.health, b, static_cast<pid_t>(boot.pid), boot.node.proc);
+  }
+}
+
+namespace detail {
+void add_actor_mesh(const std::shared_ptr<ProcMeshState>& procs, const std::shared_ptr<MeshMembers>& members,
+                    ActorSpawner spawn_one) {
+  if (!procs) return;
+  std::lock_guard lock(procs->mu);
+  std::erase_if(procs->derived, [](const auto& d) { return d.members.expired(); });
+  procs->derived.push_back(ProcMeshState::Derived{members, std::move(spawn_one)});
+}
+}  // namespace detail
+
 int ProcMesh::pid(std::size_t rank) const {
   if (!state_) throw CallError(Error(Code::kFailedPrecondition, "pid of an empty ProcMesh"));
-  return state_->pids.at(view_.base_rank(rank));
+  const std::size_t b = view_.base_rank(rank);
+  std::lock_guard lock(state_->mu);
+  return state_->pids.at(b);
 }
 
 void ProcMesh::stop() const {

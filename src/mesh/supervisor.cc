@@ -85,17 +85,38 @@ namespace detail {
 
 // --- MeshHealth ----------------------------------------------------------------------------------
 
-MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pids_,
-                       std::vector<ProcId> procs_, std::string host_)
+MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pid_list,
+                       std::vector<ProcId> proc_list, std::string host_)
     : id(id_),
       name(std::move(name_)),
       extent(std::move(extent_)),
-      pids(std::move(pids_)),
-      procs(std::move(procs_)),
       host(std::move(host_)),
-      failures_(pids.size()),
-      last_heard_(new std::atomic<std::int64_t>[pids.size()]) {
-  for (std::size_t r = 0; r < pids.size(); ++r) heard_from(r);
+      size_(pid_list.size()),
+      pids_(std::move(pid_list)),
+      procs_(std::move(proc_list)),
+      failures_(size_),
+      last_heard_(new std::atomic<std::int64_t>[size_]) {
+  for (std::size_t r = 0; r < size_; ++r) heard_from(r);
+}
+
+pid_t MeshHealth::pid(std::size_t rank) const {
+  std::lock_guard lock(mu_);
+  return pids_.at(rank);
+}
+
+ProcId MeshHealth::proc(std::size_t rank) const {
+  std::lock_guard lock(mu_);
+  return procs_.at(rank);
+}
+
+void MeshHealth::rejoin(std::size_t rank, pid_t pid, ProcId proc) {
+  std::lock_guard lock(mu_);
+  pids_.at(rank) = pid;
+  procs_.at(rank) = std::move(proc);
+  failures_.at(rank).reset();
+  any_failed_.store(std::any_of(failures_.begin(), failures_.end(), [](const auto& f) { return f.has_value(); }),
+                    std::memory_order_release);
+  last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 std::optional<MeshFailure> MeshHealth::failure(std::size_t rank) const {
@@ -166,7 +187,7 @@ FailureHandler MeshHealth::handler() const {
 }
 
 void MeshHealth::heard_from(std::size_t rank) {
-  if (rank < pids.size()) {
+  if (rank < size_) {
     last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 }
@@ -247,14 +268,26 @@ void Supervisor::add(const std::shared_ptr<MeshHealth>& health) {
     std::erase_if(meshes_, [](const auto& kv) { return kv.second.expired(); });
     std::erase_if(by_pid_, [](const auto& kv) { return kv.second.first.expired(); });
     meshes_[health->id] = health;
-    for (std::size_t r = 0; r < health->pids.size(); ++r) by_pid_[health->pids[r]] = {health, r};
+    for (std::size_t r = 0; r < health->size(); ++r) by_pid_[health->pid(r)] = {health, r};
   }
-  for (std::size_t r = 0; r < health->pids.size(); ++r) health->heard_from(r);
+  for (std::size_t r = 0; r < health->size(); ++r) health->heard_from(r);
   auto host = host_.lock();
   if (!host) return;
-  for (std::size_t r = 0; r < health->pids.size(); ++r) {  // ended between its boot report and now
-    if (auto st = host->status(health->pids[r])) on_exit(health->pids[r], *st);
+  for (std::size_t r = 0; r < health->size(); ++r) {  // ended between its boot report and now
+    const pid_t pid = health->pid(r);
+    if (auto st = host->status(pid)) on_exit(pid, *st);
   }
+}
+
+void Supervisor::rejoin(const std::shared_ptr<MeshHealth>& health, std::size_t rank, pid_t pid, ProcId proc) {
+  {
+    std::lock_guard lock(mu_);
+    by_pid_.erase(health->pid(rank));
+    by_pid_[pid] = {health, rank};
+  }
+  health->rejoin(rank, pid, std::move(proc));
+  auto host = host_.lock();
+  if (auto st = host ? host->status(pid) : std::nullopt) on_exit(pid, *st);  // ended already
 }
 
 MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, FailureCause cause, std::string what) const {
@@ -265,7 +298,7 @@ MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, Fai
   f.cause = cause;
   f.what = std::move(what);
   f.host = health.host.empty() ? this_host_name() : health.host;
-  f.pid = health.pids.at(rank);
+  f.pid = health.pid(rank);
   if (auto host = host_.lock()) f.last_lines = host->stderr_tail(f.pid);
   f.when = SteadyClock::now();
   return f;
@@ -301,7 +334,7 @@ void Supervisor::on_report(wire::Message&& msg) {
     auto it = meshes_.find(report->mesh);
     if (it != meshes_.end()) health = it->second.lock();
   }
-  if (!health || report->rank >= health->pids.size()) return;  // a mesh gone, or not yet added
+  if (!health || report->rank >= health->size()) return;  // a mesh gone, or not yet added
   const auto rank = static_cast<std::size_t>(report->rank);
   if (report->kind == HealthReport::kHeartbeat) {
     health->heard_from(rank);
@@ -340,7 +373,7 @@ void Supervisor::check_heartbeats() {
   const auto now = SteadyClock::now();
   for (auto& h : meshes) {
     if (h->stopping.load()) continue;
-    for (std::size_t r = 0; r < h->pids.size(); ++r) {
+    for (std::size_t r = 0; r < h->size(); ++r) {
       const auto silent = now - h->last_heard(r);
       if (silent <= config_.heartbeat_timeout || h->failure(r)) continue;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
@@ -358,8 +391,8 @@ void Supervisor::fail(const std::shared_ptr<MeshHealth>& health, MeshFailure fai
   // When the proc is gone, direct calls to its actors (ActorRef) fail now too, and later ones
   // at once. A proc with a failed or stuck actor is still there, and so are its other actors.
   const bool gone = failure.cause == FailureCause::kExited || failure.cause == FailureCause::kKilled || lost;
-  if (gone && failure.rank < health->procs.size()) {
-    proc_.peer_lost(health->procs[failure.rank], Error(Code::kUnavailable, failure.summary()));
+  if (gone && failure.rank < health->size()) {
+    proc_.peer_lost(health->proc(failure.rank), Error(Code::kUnavailable, failure.summary()));
   }
   // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
   // stopped process too), and its exit is then not a second failure.

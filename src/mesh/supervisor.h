@@ -54,9 +54,14 @@ class MeshHealth {
   const std::uint64_t id;
   const std::string name;
   const Extent extent;
-  const std::vector<pid_t> pids;
-  const std::vector<ProcId> procs;  // by rank
   const std::string host;
+
+  std::size_t size() const { return size_; }
+  // Each rank's proc and its pid: they change when the rank is respawned.
+  pid_t pid(std::size_t rank) const;
+  ProcId proc(std::size_t rank) const;
+  // A failed rank's new proc: it is healthy again, and heard from now.
+  void rejoin(std::size_t rank, pid_t pid, ProcId proc);
 
   // Set once the mesh is being stopped: from then on nothing that happens to it is a failure.
   std::atomic<bool> stopping{false};
@@ -91,7 +96,10 @@ class MeshHealth {
     std::function<bool()> done;
     std::function<void(const Failure&)> fail;
   };
+  const std::size_t size_;
   mutable std::mutex mu_;
+  std::vector<pid_t> pids_;
+  std::vector<ProcId> procs_;
   std::vector<std::optional<MeshFailure>> failures_;
   std::atomic<bool> any_failed_{false};
   std::vector<Watch> watches_;
@@ -133,6 +141,8 @@ class Supervisor {
 
   // The host agent reaped `pid` (LocalHost::Options::on_exit).
   void on_exit(pid_t pid, const host::ExitStatus& status);
+  // A failed rank of `health` runs again as `pid` at `proc` (ProcMesh::respawn).
+  void rejoin(const std::shared_ptr<MeshHealth>& health, std::size_t rank, pid_t pid, ProcId proc);
 
  private:
   void on_report(wire::Message&& msg);

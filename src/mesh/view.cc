@@ -43,6 +43,12 @@ MeshView::MeshView(std::shared_ptr<const MeshMembers> members)
 MeshView::MeshView(std::shared_ptr<const MeshMembers> members, Extent extent, std::vector<std::size_t> base)
     : members_(std::move(members)), extent_(std::move(extent)), base_(std::move(base)) {}
 
+ActorId MeshView::actor(std::size_t rank) const {
+  const std::size_t b = base_rank(rank);
+  std::shared_lock lock(members_->table_mu);
+  return members_->actors.at(b);
+}
+
 std::size_t MeshView::base_rank(std::size_t rank) const {
   if (rank >= base_.size()) {
     fail(Code::kOutOfRange, "rank " + std::to_string(rank) + " of a view of " + std::to_string(base_.size()) +
@@ -144,6 +150,7 @@ CastMessage MeshView::cast_message(std::string_view endpoint, wire::Message&& ar
   msg.endpoint = std::string(endpoint);
   msg.args = wire::Part::adopt(std::move(args.body));
   msg.arg_parts = std::move(args.parts);
+  std::shared_lock lock(members_->table_mu);
   msg.groups.resize(members_->nodes.size());
   for (std::size_t i = 0; i < msg.groups.size(); ++i) msg.groups[i].comm = members_->nodes[i];
   for (std::size_t r = 0; r < base_.size(); ++r) {

@@ -164,12 +164,15 @@ TEST(Supervision, AFrozenProcIsDeclaredLostByItsSilenceAndKilled) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].rank, 0u);
   EXPECT_EQ(got[0].cause, FailureCause::kHeartbeatLost) << got[0].to_string();
-  EXPECT_GE(got[0].when - stopped_at, Runtime::current().config().heartbeat_timeout);
+  // Not before it fell silent: the last heartbeat it sent may be up to an interval (more on a
+  // loaded machine) older than the stop, so only a loose lower bound holds.
+  EXPECT_GE(got[0].when - stopped_at, Runtime::current().config().heartbeat_timeout / 2) << got[0].to_string();
   EXPECT_THROW(waiting.get(kWait), SupervisionError);
   // Killed, so that it can never come back as a member; and reported only once.
   EXPECT_TRUE(gone_within({frozen}, 30s));
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(failures.now().size(), 1u);
+  auto all = failures.now();
+  EXPECT_EQ(all.size(), 1u) << all.back().to_string();
   EXPECT_GT(members.slice("gpus", 1).call_one<&Faulty::pid>().get(kWait), 0);
 }
 
@@ -223,6 +226,55 @@ TEST(Supervision, StoppingAMeshIsNotAFailure) {
   // Longer than a heartbeat timeout: silence after a stop is expected.
   std::this_thread::sleep_for(Runtime::current().config().heartbeat_timeout + 500ms);
   EXPECT_TRUE(failures.now().empty());
+}
+
+TEST(Supervision, AFailedRankRespawnedByItsHandlerRejoinsAtItsRankWithItsActors) {
+  auto procs = this_host().spawn_procs({{"gpus", 3}}, "phoenix");
+  // Two actor meshes on the procs, one with constructor arguments: {gpus=3, local=2}.
+  auto probes = procs.spawn_many<Probe>("probe", Extent{{"local", 2}}, std::int64_t{42});
+  auto faulty = procs.spawn<Faulty>("faulty");
+  std::mutex mu;
+  std::condition_variable cv;
+  int handled = 0;
+  std::string error;
+  // The handler holds the mesh by reference: a copy inside it would keep the mesh alive.
+  procs.on_failure([&](const MeshFailure& f) {
+    std::string why;
+    try {
+      procs.respawn({f.rank});
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    std::lock_guard lock(mu);
+    error = why;
+    ++handled;
+    cv.notify_all();
+    return Supervise::kHandled;
+  });
+  auto before = probes.call<&Probe::whoami>().get(kWait);
+  const pid_t old = procs.pid(1);
+  ASSERT_EQ(::kill(old, SIGKILL), 0);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return handled == 1; }));
+    EXPECT_TRUE(error.empty()) << error;
+  }
+  EXPECT_TRUE(procs.failed_ranks().empty());
+  const pid_t fresh = procs.pid(1);
+  EXPECT_NE(fresh, old);
+  EXPECT_TRUE(alive(fresh));
+  // The whole mesh answers again, the new members at the old ranks, made with the old arguments.
+  auto after = probes.call<&Probe::whoami>().get(kWait);
+  for (const auto& [point, who] : after) {
+    EXPECT_EQ(who.tag, 42);
+    EXPECT_EQ(static_cast<std::size_t>(who.cast_rank), point.rank());
+    const bool moved = point["gpus"] == 1;
+    EXPECT_EQ(who.pid, moved ? fresh : before[point].pid) << point.to_string();
+  }
+  EXPECT_EQ(faulty.slice("gpus", 1).call_one<&Faulty::pid>().get(kWait), fresh);
+  EXPECT_EQ(probes.at(3).call<&Probe::whoami>().get(kWait).pid, fresh);  // refs taken now are the new ones
+  EXPECT_EQ(probes.sum<&Probe::rank_times>(std::int64_t{1}).get(kWait), 0 + 1 + 2 + 3 + 4 + 5);
+  EXPECT_THROW(procs.respawn({0}), CallError);  // rank 0 has not failed
 }
 
 TEST(Supervision, AFailureNobodyHandlesEndsTheControllerWithAReportRootCauseFirst) {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -55,9 +56,13 @@ struct ProcMeshState;
 struct RuntimeState;
 
 // The actors of one spawn, from the ActorRefs of each proc's members (proc-major order).
-std::shared_ptr<const MeshMembers> make_members(const MeshView& procs, const std::string& name,
-                                                const Extent& per_proc, std::vector<ActorId> actors);
+std::shared_ptr<MeshMembers> make_members(const MeshView& procs, const std::string& name, const Extent& per_proc,
+                                          std::vector<ActorId> actors);
 std::chrono::milliseconds spawn_timeout();
+// Makes one member of an actor mesh again, in the proc `where` (ProcMesh::respawn).
+using ActorSpawner = std::function<ActorId(const ProcId& where, std::chrono::milliseconds timeout)>;
+void add_actor_mesh(const std::shared_ptr<ProcMeshState>& procs, const std::shared_ptr<MeshMembers>& members,
+                    ActorSpawner spawn_one);
 }  // namespace detail
 
 // The hosts of the job. For now, the controller's own host.
@@ -108,7 +113,7 @@ class ProcMesh {
   const std::string& name() const { return view_.name(); }
   const Extent& extent() const { return view_.extent(); }
   std::size_t size() const { return view_.size(); }
-  const ProcId& proc(std::size_t rank) const { return view_.actor(rank).proc; }
+  ProcId proc(std::size_t rank) const { return view_.actor(rank).proc; }
   // The OS process of a member (on its host).
   int pid(std::size_t rank) const;
 
@@ -150,7 +155,18 @@ class ProcMesh {
                                                       "' (pid " + std::to_string(pid(p)) + "): " + e.what()));
       }
     }
-    return ActorMesh<A>(detail::MeshView(detail::make_members(view_, name, per_proc, std::move(actors))));
+    auto members = detail::make_members(view_, name, per_proc, std::move(actors));
+    // How a respawned proc gets its members of this mesh back: with the same arguments.
+    detail::add_actor_mesh(state_, members,
+                           [name, saved = std::tuple<std::decay_t<Args>...>(args...)](
+                               const ProcId& where, std::chrono::milliseconds timeout) {
+                             return std::apply(
+                                 [&](const auto&... a) {
+                                   return Proc::current().spawn_on<A>(where, name, a...).get(timeout).id();
+                                 },
+                                 saved);
+                           });
+    return ActorMesh<A>(detail::MeshView(std::move(members)));
   }
 
   // Stops every proc of the spawn this mesh came from (slices included): each stops its actors
@@ -165,6 +181,14 @@ class ProcMesh {
   // The ranks of this view that have failed, and why one did.
   std::vector<std::size_t> failed_ranks() const;
   std::optional<MeshFailure> failure(std::size_t rank) const;
+  // Starts the failed `ranks` (of this view) again: what is left of their procs is killed, new
+  // procs start with the same rank and environment, and every ActorMesh spawned on this mesh
+  // gets its members there back, made with the arguments they were first spawned with. Once it
+  // returns the ranks are members again, at the same ranks and points, and healthy. Blocks like
+  // spawn_procs (so may be called from a failure handler, not from an actor's handler); throws
+  // CallError (kFailedPrecondition) for a rank that has not failed, or naming the rank that did
+  // not come up. Actor state is not carried over: the new members start fresh.
+  void respawn(const std::vector<std::size_t>& ranks) const;
 
  private:
   friend class HostMesh;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,7 +29,8 @@ namespace detail {
 
 class MeshHealth;
 
-// The actors of one spawn over a ProcMesh.
+// The actors of one spawn over a ProcMesh. The entries of `actors`, `nodes` and `agents` change
+// when a failed proc is respawned (ProcMesh::respawn): read and write them under `table_mu`.
 struct MeshMembers {
   std::string name;
   Extent extent;                        // the procs' extent, then the per-proc extent
@@ -36,6 +38,7 @@ struct MeshMembers {
   std::vector<std::uint32_t> proc_of;   // the index in `nodes` of each actor's proc
   std::vector<ActorId> nodes;           // every proc's cast node, in tree order
   std::vector<ActorId> agents;          // every proc's agent (stops actors), indexed like nodes
+  mutable std::shared_mutex table_mu;
   std::size_t fanout = 16;
   std::size_t root_fanout = 1;
   std::shared_ptr<const void> keep_alive;  // the procs: they live while a view does
@@ -60,7 +63,7 @@ class MeshView {
   std::size_t size() const { return base_.size(); }
   // The rank in the spawn's full mesh of the view's `rank`.
   std::size_t base_rank(std::size_t rank) const;
-  const ActorId& actor(std::size_t rank) const { return members_->actors.at(base_rank(rank)); }
+  ActorId actor(std::size_t rank) const;
 
   // Errors are CallError (kInvalidArgument / kOutOfRange) naming the dimension and its size.
   MeshView slice(std::string_view dim, std::size_t index) const;  // drops the dimension
