@@ -7,17 +7,21 @@
 //   - sum:    every worker computes a partial result, summed inside the cast tree;
 //   - slice:  one GPU's workers only, then every other GPU's;
 //   - stream: replies as they arrive;
-//   - logs:   the workers print, and identical lines from many ranks come out folded.
+//   - logs:   the workers print, and identical lines from many ranks come out folded;
+//   - failure: one proc is killed; the call waiting on it fails at once, the mesh's failure
+//              handler respawns the rank, and the whole mesh answers again.
 //
 //   mesh_demo [--gpus N] [--shards M]
 //
 // Construct the Runtime first thing in main: the procs are this binary again, and in them the
 // Runtime's constructor becomes the proc and never returns.
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 
 #include "sceptre/sceptre.h"
 
@@ -108,6 +112,30 @@ int main(int argc, char** argv) {
   workers.slice("shard", 0).broadcast<&Worker::announce>(std::string("goodbye"));
   workers.call<&Worker::rank>().get(30s);  // after the broadcast, in order: it has been printed
   std::this_thread::sleep_for(runtime.config().log_fold_window * 2);  // let the folded lines out
+
+  std::printf("\nfailure: kill -9 the proc of gpus=%zu while every worker is busy\n", gpus - 1);
+  std::promise<void> respawned;
+  procs.on_failure([&](const MeshFailure& f) {  // the mesh by reference: a copy would keep it alive
+    std::printf("  supervisor: %s\n", f.summary().c_str());
+    procs.respawn({f.rank});
+    std::printf("  supervisor: respawned rank %zu (pid %d now)\n", f.rank, procs.pid(f.rank));
+    respawned.set_value();
+    return Supervise::kHandled;
+  });
+  auto busy = workers.call<&Worker::partial>(std::int64_t{100'000'000});
+  std::this_thread::sleep_for(100ms);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(procs.pid(gpus - 1), SIGKILL);
+  try {
+    busy.get(60s);
+  } catch (const SupervisionError& e) {
+    std::printf("  the call failed after %.1f ms: %s\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count(),
+                e.what());
+  }
+  respawned.get_future().wait();
+  std::printf("  every worker answers again; their ranks sum to %lld\n",
+              static_cast<long long>(workers.sum<&Worker::rank>().get(60s)));
 
   procs.stop();
   std::printf("\nstopped the mesh; done\n");

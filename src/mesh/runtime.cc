@@ -91,8 +91,8 @@ void serve_proc();
 void on_crash(int sig) {
   const char head[] = "sceptre proc: fatal signal; stack:\n";
   (void)!::write(2, head, sizeof head - 1);
-  void* frames[64];
-  int n = ::backtrace(frames, 64);
+  void* frames[16];  // the innermost: with the line above, it fits a default stderr tail
+  int n = ::backtrace(frames, 16);
   ::backtrace_symbols_fd(frames, n, 2);
   ::signal(sig, SIG_DFL);
   ::raise(sig);

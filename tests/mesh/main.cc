@@ -90,6 +90,13 @@ int unhandled_controller(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   maybe_fail_at_start();
+  // Under AddressSanitizer, a proc that crashes on purpose must crash as it would in a user's
+  // build: by the signal, through sceptre's own fatal-signal handler (ASan would catch SIGSEGV
+  // and SIGABRT and exit with 1). Only the procs read this: ASan parsed its options already.
+  if (!std::getenv("SCEPTRE_ROLE")) {
+    std::string asan = std::getenv("ASAN_OPTIONS") ? std::getenv("ASAN_OPTIONS") : "";
+    ::setenv("ASAN_OPTIONS", (asan + (asan.empty() ? "" : ":") + "handle_segv=0:handle_abort=0").c_str(), 1);
+  }
   if (argc > 2 && std::strcmp(argv[1], "--orphan-controller") == 0) return orphan_controller(argc, argv, argv[2]);
   if (argc > 1 && std::strcmp(argv[1], "--log-controller") == 0) return log_controller(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--unhandled-controller") == 0) return unhandled_controller(argc, argv);
@@ -104,6 +111,8 @@ int main(int argc, char** argv) {
   if (!std::getenv("SCEPTRE_CAST_ROOT_FANOUT")) config->cast_root_fanout = 2;
   // Sanitizer builds on 2 busy cores: a generous silence before a proc is declared lost.
   if (!std::getenv("SCEPTRE_HEARTBEAT_TIMEOUT")) config->heartbeat_timeout = std::chrono::seconds(3);
+  // Room for a crash's backtrace (deep in unoptimised sanitizer builds) and what came before it.
+  config->stderr_tail_lines = 80;
   sceptre::Runtime runtime(argc, argv, *config);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
