@@ -315,6 +315,9 @@ Result<std::unique_ptr<Rx>> serve(Context& ctx, const ChannelAddr& addr,
   auto impl = std::make_shared<Rx::Impl>(ctx, options, std::move(*secret), std::move(handler));
   Result<std::unique_ptr<Listener>> listener = Error(Code::kInternal, "not started");
   std::weak_ptr<Rx::Impl> weak = impl;
+  // The address and the listener are stored on the I/O thread, before any connection it accepts
+  // can be handled there (its handlers read them): stored after run_sync, they raced the first
+  // connection's handlers (TSan).
   ctx.impl().run_sync([&] {
     listener = listen(ctx.impl().io, addr, [weak](int fd) {
       if (auto self = weak.lock()) {
@@ -323,10 +326,12 @@ Result<std::unique_ptr<Rx>> serve(Context& ctx, const ChannelAddr& addr,
         ::close(fd);
       }
     });
+    if (listener) {
+      impl->addr_ = (*listener)->address();
+      impl->listener_ = std::move(*listener);
+    }
   });
   if (!listener) return std::move(listener).error();
-  impl->addr_ = (*listener)->address();
-  impl->listener_ = std::move(*listener);
   return std::make_unique<Rx>(std::move(impl));
 }
 

@@ -228,6 +228,10 @@ const std::vector<Field>& fields() {
             "How long one handler of an actor may run before the proc reports the actor stuck (with "
             "its endpoint and how long it has run); 0 switches the watchdog off. The actor is not "
             "killed."),
+      field("orphan_timeout", &Config::orphan_timeout, DurationKind{},
+            "How long a proc goes on when its controller acknowledges nothing on the health channel "
+            "(frozen, or cut off): then the proc stops itself. 0: never. A controller that ends in "
+            "any way ends its procs at once through their lifelines; this is for one that does not end."),
   };
   return kFields;
 }

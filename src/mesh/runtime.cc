@@ -3,7 +3,9 @@
 
 #include <arpa/inet.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -149,26 +151,39 @@ void serve_proc() {
         ::_exit(status);
       },
       nullptr);
+  // The main thread waits for the lifeline to close, or for the monitor to say the controller
+  // is out of reach (a pipe of its own wakes the wait).
+  int orphan_pipe[2];
+  if (::pipe2(orphan_pipe, O_CLOEXEC) != 0) throw Exception(Error(Code::kInternal, "pipe2 failed"));
   {
     Proc proc(proc_options(*config));
     // Destroyed before the proc: it reads the proc's handlers.
     std::unique_ptr<detail::ProcMonitor> monitor;
     if (const char* health = std::getenv("SCEPTRE_HEALTH"); health && *health) {
-      monitor = std::make_unique<detail::ProcMonitor>(proc, *config, health,
-                                                      std::strtoull(env_or("SCEPTRE_MESH_ID", "0"), nullptr, 10), rank);
+      monitor = std::make_unique<detail::ProcMonitor>(
+          proc, *config, health, std::strtoull(env_or("SCEPTRE_MESH_ID", "0"), nullptr, 10), rank,
+          [w = orphan_pipe[1]] { (void)!::write(w, "x", 1); });
       proc.on_supervision([m = monitor.get()](const SupervisionEvent& e) { m->actor_failed(e); });
     }
     ActorId node = detail::cast_node(proc);
     ActorId agent = proc.spawn<detail::ProcAgent>("agent").id();
     PortRef<BootReport>(*boot).send(BootReport{rank, node, agent, ::getpid()});
-    char c;
     for (;;) {
-      ssize_t n = ::read(lifeline, &c, 1);
-      if (n == 0 || (n < 0 && errno != EINTR)) break;  // the controller let go, or is gone
+      pollfd fds[2] = {{lifeline, POLLIN, 0}, {orphan_pipe[0], POLLIN, 0}};
+      int n = ::poll(fds, 2, -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || fds[1].revents) break;  // the controller is out of reach
+      if (fds[0].revents) {
+        char c;
+        ssize_t got = ::read(lifeline, &c, 1);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) break;  // the controller let go, or is gone
+      }
     }
     proc.on_supervision({});  // failures while stopping are not reported
     monitor.reset();
   }  // stops the actors, gracefully first
+  ::close(orphan_pipe[0]);
+  ::close(orphan_pipe[1]);
 }
 
 std::string random_secret() {

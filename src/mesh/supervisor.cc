@@ -456,14 +456,15 @@ void Supervisor::unhandled(std::vector<MeshFailure> failures) {
 // --- ProcMonitor ---------------------------------------------------------------------------------
 
 ProcMonitor::ProcMonitor(Proc& proc, const Config& config, const std::string& health_addr, std::uint64_t mesh,
-                         std::uint64_t rank)
-    : proc_(proc), config_(config), mesh_(mesh), rank_(rank) {
+                         std::uint64_t rank, std::function<void()> orphaned)
+    : proc_(proc), config_(config), mesh_(mesh), rank_(rank), orphaned_(std::move(orphaned)) {
   auto addr = channel::ChannelAddr::parse(health_addr);
   if (!addr) throw Exception(std::move(addr).error().with_context("SCEPTRE_HEALTH"));
   auto tx = channel::dial(ctx_, *addr, health_channel_options());
   if (!tx) throw Exception(Error(tx.error()).with_context("dialling the health channel"));
   tx_ = std::move(*tx);
   thread_ = std::thread([this] { run(); });
+  if (config_.orphan_timeout.count() > 0) orphan_thread_ = std::thread([this] { watch_controller(); });
 }
 
 ProcMonitor::~ProcMonitor() {
@@ -473,7 +474,30 @@ ProcMonitor::~ProcMonitor() {
   }
   wake_.notify_all();
   thread_.join();
-  tx_->close();
+  tx_->close();  // ends a flush() the orphan watch is in
+  if (orphan_thread_.joinable()) orphan_thread_.join();
+}
+
+// The controller is there while it acknowledges the heartbeats: a flush of what was sent so far
+// that does not complete within orphan_timeout means it is frozen or cut off.
+void ProcMonitor::watch_controller() {
+  std::unique_lock lock(mu_);
+  while (!closing_) {
+    lock.unlock();
+    const auto started = SteadyClock::now();
+    Status s = tx_->flush(config_.orphan_timeout);
+    lock.lock();
+    if (closing_) return;
+    if (!s.ok()) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count();
+      log().error("the controller acknowledged nothing for {} ms (Config::orphan_timeout {} ms): this proc stops itself ({})",
+                  ms, config_.orphan_timeout.count(), s.error().to_string());
+      lock.unlock();
+      if (orphaned_) orphaned_();
+      return;
+    }
+    wake_.wait_for(lock, config_.heartbeat_interval, [&] { return closing_; });
+  }
 }
 
 void ProcMonitor::send(HealthReport report) {

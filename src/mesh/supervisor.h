@@ -175,7 +175,10 @@ class Supervisor {
 // The proc side (see above). Built by the proc role when SCEPTRE_HEALTH is set.
 class ProcMonitor {
  public:
-  ProcMonitor(Proc& proc, const Config& config, const std::string& health_addr, std::uint64_t mesh, std::uint64_t rank);
+  // `orphaned` is called (on the monitor's thread) once the controller has acknowledged nothing
+  // for Config::orphan_timeout: the proc must then stop itself.
+  ProcMonitor(Proc& proc, const Config& config, const std::string& health_addr, std::uint64_t mesh, std::uint64_t rank,
+              std::function<void()> orphaned);
   ~ProcMonitor();
   ProcMonitor(const ProcMonitor&) = delete;
   ProcMonitor& operator=(const ProcMonitor&) = delete;
@@ -186,6 +189,7 @@ class ProcMonitor {
  private:
   void send(HealthReport report);
   void run();
+  void watch_controller();
 
   Proc& proc_;
   const Config config_;
@@ -195,7 +199,9 @@ class ProcMonitor {
   std::mutex mu_;
   std::condition_variable wake_;
   bool closing_ = false;
+  std::function<void()> orphaned_;
   std::thread thread_;
+  std::thread orphan_thread_;
 };
 
 }  // namespace sceptre::detail

@@ -36,6 +36,7 @@ Config all_changed() {
   c.heartbeat_interval = milliseconds(250);
   c.heartbeat_timeout = milliseconds(3'000);
   c.watchdog_timeout = milliseconds(0);
+  c.orphan_timeout = milliseconds(90'000);
   return c;
 }
 
@@ -75,7 +76,8 @@ TEST(Config, ToJsonRoundTripsEveryField) {
   EXPECT_EQ(Config{}.to_json(),
             R"({"cast_fanout":16,"cast_root_fanout":1,"spawn_timeout":"30s","stop_timeout":"5s","transport":"unix",)"
             R"("log_fold":true,"log_fold_window":"100ms","stderr_tail_lines":20,"log_level":"info",)"
-            R"("heartbeat_interval":"100ms","heartbeat_timeout":"800ms","watchdog_timeout":"5m"})");
+            R"("heartbeat_interval":"100ms","heartbeat_timeout":"800ms","watchdog_timeout":"5m",)"
+            R"("orphan_timeout":"1m"})");
 }
 
 TEST(Config, FromJsonChangesOnlyThePresentKeys) {

@@ -277,6 +277,21 @@ TEST(Supervision, AFailedRankRespawnedByItsHandlerRejoinsAtItsRankWithItsActors)
   EXPECT_THROW(procs.respawn({0}), CallError);  // rank 0 has not failed
 }
 
+TEST(Supervision, TheProcsOfAFrozenControllerStopThemselvesAfterTheOrphanTimeout) {
+  Child c = run_self({"--orphan-controller", "sleep"}, {"SCEPTRE_ORPHAN_TIMEOUT=1500ms"});
+  std::vector<pid_t> pids = read_pids(c.out);
+  ASSERT_EQ(pids.size(), 3u);
+  // Frozen, the controller keeps the lifelines open but acknowledges nothing.
+  ASSERT_EQ(::kill(c.pid, SIGSTOP), 0);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(gone_within(pids, 60s));
+  EXPECT_GE(std::chrono::steady_clock::now() - frozen_at, 1s);  // not before their timeout
+  ::kill(c.pid, SIGKILL);
+  ::kill(c.pid, SIGCONT);
+  wait_child(c.pid);
+  std::fclose(c.out);
+}
+
 TEST(Supervision, AFailureNobodyHandlesEndsTheControllerWithAReportRootCauseFirst) {
   Child c = run_self({"--unhandled-controller"}, {}, /*merge_stderr=*/true);
   std::vector<pid_t> pids = read_pids(c.out);
