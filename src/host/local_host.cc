@@ -342,7 +342,15 @@ void LocalHost::pump() {
       for (auto& [pid, c] : children_) {
         if (c.exit) continue;
         int status = 0;
-        if (::waitpid(pid, &status, WNOHANG) == pid) {
+        const pid_t got = ::waitpid(pid, &status, WNOHANG);
+        const bool lost = got < 0 && errno == ECHILD;
+        if (lost) {
+          // Reaped by someone else (the application ignores SIGCHLD, or waits for any child):
+          // it has ended, how is lost.
+          log().warn("proc {} rank {} (pid {}) was reaped by someone else; its exit status is unknown", c.mesh, c.rank, pid);
+          status = W_EXITCODE(255, 0);
+        }
+        if (got == pid || lost) {
           // What it wrote before it died comes before anyone hears that it did.
           if (c.out >= 0) drain(c, false);
           if (c.err >= 0) drain(c, true);

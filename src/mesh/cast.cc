@@ -139,6 +139,32 @@ std::uint64_t count_targets(std::span<const CastGroup> groups) {
   return n;
 }
 
+// Contiguous chunks of the groups after a node's own, at most `fanout` of them; a chunk without a
+// target is pruned whole. One function for the nodes and for cast_path, so they agree.
+struct Chunk {
+  std::span<const CastGroup> groups;
+  std::uint64_t targets;
+};
+std::vector<Chunk> split(std::span<const CastGroup> rest, std::uint64_t fanout) {
+  std::vector<Chunk> chunks;
+  const std::size_t per = (rest.size() + fanout - 1) / fanout;
+  for (std::size_t at = 0; at < rest.size(); at += per) {
+    auto groups = rest.subspan(at, std::min(per, rest.size() - at));
+    if (std::uint64_t n = count_targets(groups)) chunks.push_back(Chunk{groups, n});
+  }
+  return chunks;
+}
+// The fan-out of a hop: the sender's node's own, or the tree's (at least 2).
+std::uint64_t hop_fanout(std::uint64_t hop, std::uint64_t fanout) { return hop ? hop : std::max<std::uint64_t>(fanout, 2); }
+
+void visit_path(std::span<const CastGroup> all, std::span<const CastGroup> rest, std::uint64_t fanout,
+                std::uint64_t tree_fanout, std::vector<std::size_t>& out) {
+  for (const Chunk& c : split(rest, fanout)) {
+    out.push_back(static_cast<std::size_t>(c.groups.data() - all.data()));
+    visit_path(all, c.groups.subspan(1), hop_fanout(0, tree_fanout), tree_fanout, out);
+  }
+}
+
 // The node registry: each Proc's cast node.
 std::mutex& nodes_mu() {
   static std::mutex mu;
@@ -177,19 +203,7 @@ class CastNode : public Actor {
       }
       return;
     }
-    const std::uint64_t fanout = msg.hop_fanout ? msg.hop_fanout : std::max<std::uint64_t>(msg.fanout, 2);
-
-    // Contiguous chunks of the rest; a chunk without a target is pruned whole.
-    struct Chunk {
-      std::span<const CastGroup> groups;
-      std::uint64_t targets;
-    };
-    std::vector<Chunk> chunks;
-    const std::size_t per = (rest.size() + fanout - 1) / fanout;
-    for (std::size_t at = 0; at < rest.size(); at += per) {
-      auto groups = rest.subspan(at, std::min(per, rest.size() - at));
-      if (std::uint64_t n = count_targets(groups)) chunks.push_back(Chunk{groups, n});
-    }
+    const std::vector<Chunk> chunks = split(rest, hop_fanout(msg.hop_fanout, msg.fanout));
 
     std::shared_ptr<Gather> gather;
     if (msg.mode != CastMode::kBroadcast) {
@@ -301,6 +315,12 @@ class CastNode : public Actor {
 SCEPTRE_ACTOR(CastNode, cast);
 
 // --- entry points ---------------------------------------------------------------------------------
+
+std::vector<std::size_t> cast_path(const std::vector<CastGroup>& groups, std::uint64_t hop, std::uint64_t fanout) {
+  std::vector<std::size_t> out;
+  visit_path(groups, groups, hop_fanout(hop, fanout), fanout, out);
+  return out;
+}
 
 bool register_reducer(const std::string& key, CombineFn combine) {
   std::lock_guard lock(reducers_mu());

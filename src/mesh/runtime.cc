@@ -11,6 +11,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -163,7 +164,20 @@ void serve_proc() {
       monitor = std::make_unique<detail::ProcMonitor>(
           proc, *config, health, std::strtoull(env_or("SCEPTRE_MESH_ID", "0"), nullptr, 10), rank,
           [w = orphan_pipe[1]] { (void)!::write(w, "x", 1); });
-      proc.on_supervision([m = monitor.get()](const SupervisionEvent& e) { m->actor_failed(e); });
+    }
+    // The proc calls its supervision handler outside its own lock, so clearing the handler does
+    // not wait for a call in progress: the monitor is reached through a slot that does.
+    struct Slot {
+      std::mutex mu;
+      detail::ProcMonitor* monitor = nullptr;
+    };
+    auto slot = std::make_shared<Slot>();
+    slot->monitor = monitor.get();
+    if (monitor) {
+      proc.on_supervision([slot](const SupervisionEvent& e) {
+        std::lock_guard lock(slot->mu);
+        if (slot->monitor) slot->monitor->actor_failed(e);
+      });
     }
     ActorId node = detail::cast_node(proc);
     ActorId agent = proc.spawn<detail::ProcAgent>("agent").id();
@@ -180,6 +194,10 @@ void serve_proc() {
       }
     }
     proc.on_supervision({});  // failures while stopping are not reported
+    {
+      std::lock_guard lock(slot->mu);
+      slot->monitor = nullptr;
+    }
     monitor.reset();
   }  // stops the actors, gracefully first
   ::close(orphan_pipe[0]);
@@ -224,6 +242,7 @@ struct RuntimeState {
   // before it: the host, destroyed first, stops telling.
   std::unique_ptr<Supervisor> supervisor_owner;
   std::atomic<Supervisor*> supervisor{nullptr};
+  std::mutex exit_mu;  // held by the host's pump while it tells the supervisor of an exit
   std::shared_ptr<host::LocalHost> host;
   std::mutex mu;
   std::vector<std::weak_ptr<ProcMeshState>> meshes;
@@ -263,8 +282,12 @@ struct ProcMeshState {
     return pids;
   }
   void stop() {
+    std::lock_guard no_respawn(respawn_mu);  // one in progress finishes first; none starts after
     std::call_once(stopped, [&] {
-      if (health) health->stopping = true;  // its procs' exits are expected now
+      if (health) {
+        health->stopping = true;  // its procs' exits are expected now
+        health->set_handler({});  // what the handler refers to may go with the mesh
+      }
       auto h = host.lock();
       if (!h) return;
       const std::vector<pid_t> all = pid_list();
@@ -401,6 +424,7 @@ Runtime::Runtime(int argc, char** argv, Config config) {
       state->argv, host::LocalHost::Options{{state->config.log_fold, state->config.log_fold_window},
                                             state->config.stderr_tail_lines,
                                             [raw](pid_t pid, const host::ExitStatus& status) {
+                                              std::lock_guard lock(raw->exit_mu);
                                               if (auto* s = raw->supervisor.load()) s->on_exit(pid, status);
                                             }});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
@@ -427,9 +451,14 @@ Runtime::~Runtime() {
     }
   }
   for (auto& s : live) s->stop();
-  state_->host.reset();  // stops any proc left, prints what they wrote; no exit is told after this
-  state_->supervisor = nullptr;
+  // Supervision ends before the host: no exit is told to it after this, and its threads (a
+  // handler in progress included) are done before the host they use goes away.
+  {
+    std::lock_guard lock(state_->exit_mu);
+    state_->supervisor = nullptr;
+  }
   state_->supervisor_owner.reset();
+  state_->host.reset();  // stops any proc left, prints what they wrote
   state_->proc.reset();
 }
 
@@ -537,7 +566,7 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
 
 }  // namespace
 
-ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
+ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name, FailureHandler on_failure) const {
   std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
   if (Status s = check_actor_name(name); !s.ok()) {
     throw CallError(Error(s.error()).with_context("the name of a proc mesh"));
@@ -577,6 +606,7 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name) const {
   for (const auto& b : reports) proc_ids.push_back(b.node.proc);
   state->health =
       std::make_shared<detail::MeshHealth>(state->mesh_id, name, extent, state->pids, std::move(proc_ids), std::string());
+  if (on_failure) state->health->set_handler(std::move(on_failure));
   supervisor.add(state->health);
 
   auto members = std::make_shared<detail::MeshMembers>();
@@ -602,6 +632,9 @@ void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
   std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
   detail::ProcMeshState& st = *state_;
   std::lock_guard one(st.respawn_mu);
+  if (st.health->stopping.load()) {
+    throw CallError(Error(Code::kCancelled, "respawn of '" + name() + "', which is stopping"));
+  }
   std::vector<std::size_t> base;
   for (std::size_t r : ranks) {
     const std::size_t b = view_.base_rank(r);
@@ -611,55 +644,85 @@ void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
     }
     base.push_back(b);
   }
-  // What is left of the old procs goes first (a stuck one, or one whose actor failed, still runs).
+  std::sort(base.begin(), base.end());
+  base.erase(std::unique(base.begin(), base.end()), base.end());
+  // What is left of the old procs goes first (a stuck one, or one whose actor failed, still
+  // runs), and the controller forgets them: calls still waiting on them fail now.
   {
     std::vector<pid_t> old;
-    for (std::size_t b : base) old.push_back(st.health->pid(b));
+    for (std::size_t b : base) {
+      old.push_back(st.health->pid(b));
+      rt->proc->peer_lost(st.health->proc(b), Error(Code::kUnavailable, "rank " + std::to_string(b) + " of '" +
+                                                                            st.name + "' is being respawned"));
+    }
     for (pid_t p : old) rt->host->kill(p, SIGKILL);
     rt->host->stop(old, std::chrono::milliseconds(1000));
   }
   std::vector<BootReport> reports = start_procs(*rt, st, base);
+  std::vector<pid_t> fresh;
+  for (const auto& b : reports) fresh.push_back(static_cast<pid_t>(b.pid));
+
+  // Everything that can fail first: every actor mesh's members in the new procs, made with the
+  // arguments they were first made with. On failure the new procs go, and nothing has changed.
+  std::vector<detail::ProcMeshState::Derived> derived;
+  {
+    std::lock_guard lock(st.mu);
+    derived = st.derived;
+  }
+  struct Made {
+    std::shared_ptr<detail::MeshMembers> members;
+    std::vector<std::pair<std::size_t, ActorId>> slots;  // index in members->actors, new actor
+  };
+  std::vector<Made> made;
   const auto timeout = detail::spawn_timeout();
-  for (std::size_t i = 0; i < base.size(); ++i) {
-    const std::size_t b = base[i];
-    const BootReport& boot = reports[i];
-    // The procs' tables, then every actor mesh's: its members in this proc are made again with
-    // the arguments they were first made with.
-    if (auto m = st.members.lock()) {
-      std::unique_lock lock(m->table_mu);
-      m->actors.at(b) = boot.node;
-      m->nodes.at(b) = boot.node;
-      m->agents.at(b) = boot.agent;
-    }
-    std::vector<detail::ProcMeshState::Derived> derived;
-    {
-      std::lock_guard lock(st.mu);
-      st.pids.at(b) = static_cast<pid_t>(boot.pid);
-      derived = st.derived;
-    }
+  try {
     for (auto& d : derived) {
       auto m = d.members.lock();
       if (!m) continue;
-      std::vector<std::size_t> slots;
-      for (std::size_t k = 0; k < m->proc_of.size(); ++k) {
-        if (m->proc_of[k] == b) slots.push_back(k);
-      }
-      std::vector<ActorId> made;
-      for (std::size_t k = 0; k < slots.size(); ++k) {
-        try {
-          made.push_back(d.spawn_one(boot.node.proc, timeout));
-        } catch (const Exception& e) {
-          throw CallError(Error(Code::kUnavailable, "respawning '" + m->name + "' on rank " + std::to_string(b) +
-                                                        " of '" + st.name + "': " + e.what()));
+      Made one{m, {}};
+      for (std::size_t i = 0; i < base.size(); ++i) {
+        for (std::size_t k = 0; k < m->proc_of.size(); ++k) {
+          if (m->proc_of[k] != base[i]) continue;
+          try {
+            one.slots.emplace_back(k, d.spawn_one(reports[i].node.proc, timeout));
+          } catch (const Exception& e) {
+            throw CallError(Error(Code::kUnavailable, "respawning '" + m->name + "' on rank " + std::to_string(base[i]) +
+                                                          " of '" + st.name + "': " + e.what()));
+          }
         }
       }
-      std::unique_lock lock(m->table_mu);
-      for (std::size_t k = 0; k < slots.size(); ++k) m->actors.at(slots[k]) = made[k];
-      m->nodes.at(b) = boot.node;
-      m->agents.at(b) = boot.agent;
+      made.push_back(std::move(one));
     }
-    // Last: from here on the rank is a member again.
-    rt->supervisor.load()->rejoin(st.health, b, static_cast<pid_t>(boot.pid), boot.node.proc);
+  } catch (...) {
+    rt->host->stop(fresh, std::chrono::milliseconds(1000));
+    throw;
+  }
+
+  // Then the tables: the procs' own, every actor mesh's, the pids; last, the ranks are healthy.
+  auto set_proc = [&](detail::MeshMembers& m, std::size_t i) {
+    m.nodes.at(base[i]) = reports[i].node;
+    m.agents.at(base[i]) = reports[i].agent;
+  };
+  if (auto m = st.members.lock()) {
+    std::unique_lock lock(m->table_mu);
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      m->actors.at(base[i]) = reports[i].node;
+      set_proc(*m, i);
+    }
+  }
+  for (auto& one : made) {
+    std::unique_lock lock(one.members->table_mu);
+    for (auto& [k, actor] : one.slots) one.members->actors.at(k) = std::move(actor);
+    for (std::size_t i = 0; i < base.size(); ++i) set_proc(*one.members, i);
+  }
+  {
+    std::lock_guard lock(st.mu);
+    for (std::size_t i = 0; i < base.size(); ++i) st.pids.at(base[i]) = fresh[i];
+  }
+  auto* supervisor = rt->supervisor.load();
+  if (!supervisor) throw CallError(Error(Code::kCancelled, "the runtime is shutting down"));
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    supervisor->rejoin(st.health, base[i], fresh[i], reports[i].node.proc);
   }
 }
 

@@ -95,6 +95,7 @@ MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std
       pids_(std::move(pid_list)),
       procs_(std::move(proc_list)),
       failures_(size_),
+      gone_(size_, 0),
       last_heard_(new std::atomic<std::int64_t>[size_]) {
   for (std::size_t r = 0; r < size_; ++r) heard_from(r);
 }
@@ -114,6 +115,7 @@ void MeshHealth::rejoin(std::size_t rank, pid_t pid, ProcId proc) {
   pids_.at(rank) = pid;
   procs_.at(rank) = std::move(proc);
   failures_.at(rank).reset();
+  gone_.at(rank) = 0;
   any_failed_.store(std::any_of(failures_.begin(), failures_.end(), [](const auto& f) { return f.has_value(); }),
                     std::memory_order_release);
   last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -152,11 +154,24 @@ std::optional<Failure> MeshHealth::watch(std::vector<std::uint32_t> procs, std::
   return std::nullopt;
 }
 
+bool MeshHealth::mark_gone(std::size_t rank, pid_t pid) {
+  std::lock_guard lock(mu_);
+  if (stopping.load() || rank >= size_ || pids_[rank] != pid || gone_[rank]) return false;
+  gone_[rank] = 1;
+  return true;
+}
+
+bool MeshHealth::gone(std::size_t rank) const {
+  std::lock_guard lock(mu_);
+  return rank < size_ && gone_[rank];
+}
+
 bool MeshHealth::mark_failed(const MeshFailure& f) {
   std::vector<Watch> hit;
   {
     std::lock_guard lock(mu_);
     if (stopping.load() || f.rank >= failures_.size() || failures_[f.rank]) return false;
+    if (pids_[f.rank] != static_cast<pid_t>(f.pid)) return false;  // of a proc this rank no longer runs
     failures_[f.rank] = f;
     any_failed_.store(true, std::memory_order_release);
     const auto rank = static_cast<std::uint32_t>(f.rank);
@@ -290,7 +305,8 @@ void Supervisor::rejoin(const std::shared_ptr<MeshHealth>& health, std::size_t r
   if (auto st = host ? host->status(pid) : std::nullopt) on_exit(pid, *st);  // ended already
 }
 
-MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, FailureCause cause, std::string what) const {
+MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, pid_t pid, FailureCause cause,
+                                 std::string what) const {
   MeshFailure f;
   f.mesh = health.name;
   f.rank = rank;
@@ -298,7 +314,7 @@ MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, Fai
   f.cause = cause;
   f.what = std::move(what);
   f.host = health.host.empty() ? this_host_name() : health.host;
-  f.pid = health.pid(rank);
+  f.pid = pid;
   if (auto host = host_.lock()) f.last_lines = host->stderr_tail(f.pid);
   f.when = SteadyClock::now();
   return f;
@@ -315,7 +331,7 @@ void Supervisor::on_exit(pid_t pid, const host::ExitStatus& status) {
     rank = it->second.second;
   }
   if (!health || health->stopping.load()) return;
-  MeshFailure f = describe(*health, rank, status.signal ? FailureCause::kKilled : FailureCause::kExited,
+  MeshFailure f = describe(*health, rank, pid, status.signal ? FailureCause::kKilled : FailureCause::kExited,
                            status.signal ? status.to_string() : "exited with " + status.to_string());
   f.exit_code = status.code;
   f.signal = status.signal;
@@ -336,6 +352,8 @@ void Supervisor::on_report(wire::Message&& msg) {
   }
   if (!health || report->rank >= health->size()) return;  // a mesh gone, or not yet added
   const auto rank = static_cast<std::size_t>(report->rank);
+  const auto pid = static_cast<pid_t>(report->pid);
+  if (pid != health->pid(rank)) return;  // from a proc the rank no longer runs
   if (report->kind == HealthReport::kHeartbeat) {
     health->heard_from(rank);
     return;
@@ -343,13 +361,13 @@ void Supervisor::on_report(wire::Message&& msg) {
   if (health->stopping.load()) return;
   MeshFailure f;
   if (report->kind == HealthReport::kActorFailed) {
-    f = describe(*health, rank, FailureCause::kActorFailed,
+    f = describe(*health, rank, pid, FailureCause::kActorFailed,
                  "actor " + report->actor + " failed" +
                      (report->endpoint.empty() ? "" : " in endpoint '" + report->endpoint + "'") + ": " +
                      (report->exception_type.empty() ? "" : report->exception_type + ": ") + report->message);
     f.exception_type = report->exception_type;
   } else if (report->kind == HealthReport::kStuck) {
-    f = describe(*health, rank, FailureCause::kStuck,
+    f = describe(*health, rank, pid, FailureCause::kStuck,
                  "actor " + report->actor + " has been stuck in endpoint '" + report->endpoint + "' for " +
                      std::to_string(report->running_ms) + " ms (Config::watchdog_timeout " +
                      std::to_string(report->limit_ms) + " ms)");
@@ -375,9 +393,9 @@ void Supervisor::check_heartbeats() {
     if (h->stopping.load()) continue;
     for (std::size_t r = 0; r < h->size(); ++r) {
       const auto silent = now - h->last_heard(r);
-      if (silent <= config_.heartbeat_timeout || h->failure(r)) continue;
+      if (silent <= config_.heartbeat_timeout || h->gone(r)) continue;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
-      fail(h, describe(*h, r, FailureCause::kHeartbeatLost,
+      fail(h, describe(*h, r, h->pid(r), FailureCause::kHeartbeatLost,
                        "no heartbeat for " + std::to_string(ms) + " ms (Config::heartbeat_timeout " +
                            std::to_string(config_.heartbeat_timeout.count()) + " ms): frozen or cut off; killed"));
     }
@@ -385,20 +403,25 @@ void Supervisor::check_heartbeats() {
 }
 
 void Supervisor::fail(const std::shared_ptr<MeshHealth>& health, MeshFailure failure) {
+  if (health->stopping.load()) return;
   const bool lost = failure.cause == FailureCause::kHeartbeatLost;
+  const bool gone_cause = failure.cause == FailureCause::kExited || failure.cause == FailureCause::kKilled || lost;
   const pid_t pid = static_cast<pid_t>(failure.pid);
-  if (!health->mark_failed(failure)) return;  // once per rank
-  // When the proc is gone, direct calls to its actors (ActorRef) fail now too, and later ones
-  // at once. A proc with a failed or stuck actor is still there, and so are its other actors.
-  const bool gone = failure.cause == FailureCause::kExited || failure.cause == FailureCause::kKilled || lost;
-  if (gone && failure.rank < health->size()) {
+  const bool first = health->mark_failed(failure);  // once per rank
+  // A proc can be gone after its rank failed (a stuck handler, then a freeze): the kill and the
+  // peer's loss still happen, once per proc, but the failure is not delivered again.
+  const bool newly_gone = gone_cause && health->mark_gone(failure.rank, pid);
+  if (newly_gone) {
+    // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
+    // stopped process too), and its exit is then not a second failure.
+    if (lost) {
+      if (auto host = host_.lock()) host->kill(pid, SIGKILL);
+    }
+    // Direct calls to its actors (ActorRef) fail now too, and later ones at once. A proc with a
+    // failed or stuck actor is still there, and so are its other actors: not this.
     proc_.peer_lost(health->proc(failure.rank), Error(Code::kUnavailable, failure.summary()));
   }
-  // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
-  // stopped process too), and its exit is then not a second failure.
-  if (lost) {
-    if (auto host = host_.lock()) host->kill(pid, SIGKILL);
-  }
+  if (!first) return;
   log().debug("supervision: {}", failure.summary());
   {
     std::lock_guard lock(mu_);
@@ -414,6 +437,7 @@ void Supervisor::deliver() {
     if (closing_) return;
     auto [health, failure] = std::move(queue_.front());
     queue_.pop_front();
+    if (health->stopping.load()) continue;  // stopped since: its failures are moot
     FailureHandler top = handler_;
     lock.unlock();
     Supervise outcome = Supervise::kPassUp;
@@ -434,7 +458,9 @@ void Supervisor::deliver() {
       // Failures that come together (a host lost, a collective broken) are reported together:
       // a short wait gathers the consequences of the first.
       wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; });
-      for (auto& [h, f] : queue_) all.push_back(std::move(f));
+      for (auto& [h, f] : queue_) {
+        if (!h->stopping.load()) all.push_back(std::move(f));
+      }
       queue_.clear();
       lock.unlock();
       unhandled(std::move(all));
@@ -503,6 +529,7 @@ void ProcMonitor::watch_controller() {
 void ProcMonitor::send(HealthReport report) {
   report.mesh = mesh_;
   report.rank = rank_;
+  report.pid = ::getpid();
   Status s = tx_->send(wire::encode(report));
   if (!s.ok() && report.kind != HealthReport::kHeartbeat) {
     log().error("proc monitor: could not report to the controller: {}", s.error().to_string());

@@ -77,8 +77,13 @@ class MeshHealth {
                                std::function<void(const Failure&)> fail);
 
   // Marks the failure's rank failed and fails the casts waiting on it; false (and nothing
-  // changes) when the rank failed before or the mesh is stopping.
+  // changes) when the rank failed before, the failure is of a proc the rank no longer runs
+  // (failure.pid is not its pid), or the mesh is stopping.
   bool mark_failed(const MeshFailure& failure);
+  // The proc `pid` of `rank` is gone (exited, killed, lost): true the first time only, and only
+  // while `pid` is the rank's proc. A rank can fail first (a stuck handler) and be gone later.
+  bool mark_gone(std::size_t rank, pid_t pid);
+  bool gone(std::size_t rank) const;
 
   void set_handler(FailureHandler handler);
   FailureHandler handler() const;
@@ -101,6 +106,7 @@ class MeshHealth {
   std::vector<pid_t> pids_;
   std::vector<ProcId> procs_;
   std::vector<std::optional<MeshFailure>> failures_;
+  std::vector<char> gone_;
   std::atomic<bool> any_failed_{false};
   std::vector<Watch> watches_;
   std::size_t purge_at_ = 64;
@@ -113,11 +119,12 @@ struct HealthReport {
   enum Kind : std::uint8_t { kHeartbeat = 0, kActorFailed = 1, kStuck = 2 };
   std::uint64_t mesh = 0;  // the spawn's id (SCEPTRE_MESH_ID)
   std::uint64_t rank = 0;
+  std::int64_t pid = 0;  // of the proc that reports: a report from another than the rank's is stale
   std::uint8_t kind = kHeartbeat;
   std::string actor, endpoint, exception_type, message;
   std::int64_t running_ms = 0;  // kStuck: how long the handler had run
   std::int64_t limit_ms = 0;    // kStuck: the proc's Config::watchdog_timeout
-  SCEPTRE_FIELDS(mesh, rank, kind, actor, endpoint, exception_type, message, running_ms, limit_ms)
+  SCEPTRE_FIELDS(mesh, rank, pid, kind, actor, endpoint, exception_type, message, running_ms, limit_ms)
 };
 
 class Supervisor {
@@ -148,7 +155,7 @@ class Supervisor {
   void on_report(wire::Message&& msg);
   // Marks the failure and queues it for the handlers. Any thread.
   void fail(const std::shared_ptr<MeshHealth>& health, MeshFailure failure);
-  MeshFailure describe(const MeshHealth& health, std::size_t rank, FailureCause cause, std::string what) const;
+  MeshFailure describe(const MeshHealth& health, std::size_t rank, pid_t pid, FailureCause cause, std::string what) const;
   void check_heartbeats();
   void deliver();
   [[noreturn]] void unhandled(std::vector<MeshFailure> failures);

@@ -130,8 +130,12 @@ std::size_t MeshView::least_loaded() const {
   const std::size_t start = members_->next_choice.fetch_add(1, std::memory_order_relaxed) % n;
   std::size_t best = start;
   std::int64_t best_load = std::numeric_limits<std::int64_t>::max();
+  // A failed member answers at once (with its failure), so its load stays low: never choose one
+  // while a live member is left.
+  const MeshHealth* health = members_->health && members_->health->any_failed() ? members_->health.get() : nullptr;
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t r = (start + i) % n;
+    if (health && health->failure(members_->proc_of[base_[r]])) continue;
     std::int64_t load = members_->outstanding[base_[r]].load(std::memory_order_relaxed);
     if (load < best_load) best = r, best_load = load;
   }
@@ -175,22 +179,21 @@ Future<CastReply> MeshView::cast(std::string_view endpoint, wire::Message&& args
   CastMessage msg = cast_message(endpoint, std::move(args), mode, std::move(reducer));
   MeshHealth* health = members_ ? members_->health.get() : nullptr;
   if (!health) return start_cast(std::move(msg), std::move(on_stream));
-  // msg.groups[p] is the group of the proc mesh's rank p (the nodes are in rank order).
-  CastWatch watch{members_->health, {}};
-  if (!health->any_failed()) {
-    for (std::size_t p = 0; p < msg.groups.size(); ++p) {
-      if (!msg.groups[p].indices.empty()) watch.procs.push_back(static_cast<std::uint32_t>(p));
-    }
-  } else {
+  // msg.groups[p] is the group of the proc mesh's rank p (the nodes are in rank order); once the
+  // failed procs are taken out, procs[i] says whose group msg.groups[i] is.
+  std::vector<std::uint32_t> procs(msg.groups.size());
+  std::iota(procs.begin(), procs.end(), std::uint32_t{0});
+  if (health->any_failed()) {
     CastReply failed;  // a stream's members in failed procs
     std::vector<CastGroup> live;
+    std::vector<std::uint32_t> live_procs;
     live.reserve(msg.groups.size());
     for (std::size_t p = 0; p < msg.groups.size(); ++p) {
       CastGroup& g = msg.groups[p];
       auto failure = health->failure(p);
       if (!failure) {
-        if (!g.indices.empty()) watch.procs.push_back(static_cast<std::uint32_t>(p));
         live.push_back(std::move(g));
+        live_procs.push_back(static_cast<std::uint32_t>(p));
         continue;
       }
       if (g.indices.empty()) continue;  // the tree routes around it
@@ -209,7 +212,14 @@ Future<CastReply> MeshView::cast(std::string_view endpoint, wire::Message&& args
       }
     }
     msg.groups = std::move(live);
+    procs = std::move(live_procs);
     if (failed.count > 0) on_stream(std::move(failed));
+  }
+  // Every proc the cast passes through, relays included: if one fails, what waits on the
+  // replies below it is lost too.
+  CastWatch watch{members_->health, {}};
+  if (mode != CastMode::kBroadcast) {
+    for (std::size_t i : cast_path(msg.groups, msg.hop_fanout, msg.fanout)) watch.procs.push_back(procs[i]);
   }
   return start_cast(std::move(msg), std::move(on_stream), mode == CastMode::kBroadcast ? nullptr : &watch);
 }

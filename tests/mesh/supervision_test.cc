@@ -118,6 +118,21 @@ TEST(Supervision, AKilledProcFailsWhatWaitsOnItAtOnceAndTheRestOfTheMeshKeepsWor
   EXPECT_EQ(failures.now().size(), 1u);
 }
 
+TEST(Supervision, ACastFailsAtOnceWhenAProcThatOnlyRelaysItDies) {
+  auto procs = this_host().spawn_procs({{"gpus", 4}}, "relays");
+  Failures failures;
+  procs.on_failure(failures.handler());
+  auto members = procs.spawn<Faulty>("faulty");
+  auto pids = members.call<&Faulty::pid>().get(kWait);
+  // With the tests' fan-outs of 2 (main.cc), a cast to rank 3 goes through rank 2's proc, which
+  // has no target of it; rank 3's reply would come back the same way.
+  auto call = members.slice("gpus", 3).call_one<&Faulty::stuck_ms>(std::int64_t{3000});
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(::kill(static_cast<pid_t>(pids.at(2)), SIGKILL), 0);
+  EXPECT_THROW(call.get(30s), SupervisionError);  // not a timeout, not a value that cannot come
+  EXPECT_EQ(failures.wait_for(1).size(), 1u);
+}
+
 class Deaths : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Deaths, EachWayOfDyingIsNamedWithWhatTheProcLastWrote) {
@@ -145,8 +160,9 @@ TEST_P(Deaths, EachWayOfDyingIsNamedWithWhatTheProcLastWrote) {
     EXPECT_EQ(f.exit_code, 1) << f.to_string();
     EXPECT_NE(f.what.find("exit code 1"), std::string::npos) << f.what;
   }
-  // The other rank is unharmed.
-  EXPECT_GT(members.slice("gpus", 0).call_one<&Faulty::pid>().get(kWait), 0);
+  // The other rank is unharmed, and choose() only ever picks it.
+  const auto survivor = members.slice("gpus", 0).call_one<&Faulty::pid>().get(kWait);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(members.choose<&Faulty::pid>().get(kWait), survivor);
 }
 INSTANTIATE_TEST_SUITE_P(Kinds, Deaths, ::testing::Values("segv", "abort", "exit"));
 
@@ -229,16 +245,15 @@ TEST(Supervision, StoppingAMeshIsNotAFailure) {
 }
 
 TEST(Supervision, AFailedRankRespawnedByItsHandlerRejoinsAtItsRankWithItsActors) {
-  auto procs = this_host().spawn_procs({{"gpus", 3}}, "phoenix");
-  // Two actor meshes on the procs, one with constructor arguments: {gpus=3, local=2}.
-  auto probes = procs.spawn_many<Probe>("probe", Extent{{"local", 2}}, std::int64_t{42});
-  auto faulty = procs.spawn<Faulty>("faulty");
+  // Declared before the mesh, so that they outlive its handler.
   std::mutex mu;
   std::condition_variable cv;
   int handled = 0;
   std::string error;
-  // The handler holds the mesh by reference: a copy inside it would keep the mesh alive.
-  procs.on_failure([&](const MeshFailure& f) {
+  ProcMesh procs;
+  // The handler holds the mesh by reference (a copy inside it would keep the mesh alive), and is
+  // given at spawn time, so that no failure can come before it.
+  procs = this_host().spawn_procs({{"gpus", 3}}, "phoenix", [&](const MeshFailure& f) {
     std::string why;
     try {
       procs.respawn({f.rank});
@@ -251,6 +266,9 @@ TEST(Supervision, AFailedRankRespawnedByItsHandlerRejoinsAtItsRankWithItsActors)
     cv.notify_all();
     return Supervise::kHandled;
   });
+  // Two actor meshes on the procs, one with constructor arguments: {gpus=3, local=2}.
+  auto probes = procs.spawn_many<Probe>("probe", Extent{{"local", 2}}, std::int64_t{42});
+  auto faulty = procs.spawn<Faulty>("faulty");
   auto before = probes.call<&Probe::whoami>().get(kWait);
   const pid_t old = procs.pid(1);
   ASSERT_EQ(::kill(old, SIGKILL), 0);
@@ -275,6 +293,15 @@ TEST(Supervision, AFailedRankRespawnedByItsHandlerRejoinsAtItsRankWithItsActors)
   EXPECT_EQ(probes.at(3).call<&Probe::whoami>().get(kWait).pid, fresh);  // refs taken now are the new ones
   EXPECT_EQ(probes.sum<&Probe::rank_times>(std::int64_t{1}).get(kWait), 0 + 1 + 2 + 3 + 4 + 5);
   EXPECT_THROW(procs.respawn({0}), CallError);  // rank 0 has not failed
+  // choose() never picks a failed member while a live one is left.
+  ASSERT_EQ(::kill(procs.pid(2), SIGSTOP), 0);  // rank 2 is lost (by silence) and respawned
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return handled == 2; }));
+    EXPECT_TRUE(error.empty()) << error;
+  }
+  EXPECT_TRUE(procs.failed_ranks().empty());
+  EXPECT_EQ(probes.call<&Probe::whoami>().get(kWait).size(), 6u);
 }
 
 TEST(Supervision, TheProcsOfAFrozenControllerStopThemselvesAfterTheOrphanTimeout) {

@@ -72,7 +72,9 @@ class HostMesh {
   // reported that it is up. Throws CallError naming the first member that did not come up and
   // why: its exit status and the tail of its stderr, or that it did not report within
   // Config::spawn_timeout. Members already started are stopped before it throws.
-  ProcMesh spawn_procs(const Extent& extent, std::string name = "procs") const;
+  // `on_failure`, when given, is the mesh's failure handler from the moment it is supervised
+  // (see ProcMesh::on_failure; set later, a proc that fails at once may find none).
+  ProcMesh spawn_procs(const Extent& extent, std::string name = "procs", FailureHandler on_failure = {}) const;
 };
 
 class Runtime {

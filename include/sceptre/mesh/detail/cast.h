@@ -143,6 +143,11 @@ struct CastWatch {
 Future<CastReply> start_cast(CastMessage msg, std::function<void(CastReply&&)> on_stream = {},
                              const CastWatch* watch = nullptr);
 
+// The groups (indices into `groups`, the mesh's groups without the sender's node) whose nodes a
+// cast sent with these fan-outs passes through: its targets' and the relays between them.
+std::vector<std::size_t> cast_path(const std::vector<CastGroup>& groups, std::uint64_t hop_fanout,
+                                   std::uint64_t fanout);
+
 // The cast node of `proc` (spawned on first use).
 ActorId cast_node(Proc& proc);
 
