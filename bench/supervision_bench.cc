@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   Config config = *loaded;
-  config.watchdog_timeout = kWatchdog;
+  config.watchdog_timeout = 200ms;
   config.log_level = "error";
   Runtime runtime(argc, argv, config);
 
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   }
   std::printf("sceptre: heartbeat %lld ms, timeout %lld ms, watchdog %lld ms; %d trials per kind, seed %llu\n",
               static_cast<long long>(config.heartbeat_interval.count()),
-              static_cast<long long>(config.heartbeat_timeout.count()), static_cast<long long>(kWatchdog.count()), trials,
+              static_cast<long long>(config.heartbeat_timeout.count()), static_cast<long long>(config.watchdog_timeout.count()), trials,
               static_cast<unsigned long long>(seed));
   std::printf("%-8s %8s %10s %10s %10s %7s %7s %7s\n", "kind", "trials", "p50 ms", "p99 ms", "max ms", "missed", "false+",
               "leaked");

@@ -8,7 +8,7 @@
 //   exit     its actor calls exit(1) (timed from the cast that asks it to)
 //   sigstop  SIGSTOP of the proc                    freeze  its cgroup (v1 freezer) frozen
 //   stuck    a handler that runs past Config::watchdog_timeout (timed from the limit, which the
-//            controller's Config must set to kWatchdog)
+//            controller's Config must set to Config::watchdog_timeout)
 // A false positive is any failure but the expected one of the victim; a leak is a pid of the
 // trial still alive 10 s after its mesh was stopped.
 #pragma once
@@ -49,7 +49,8 @@ class Victim : public Actor {
 };
 SCEPTRE_ACTOR(Victim, pid, exit_now, stuck_ms);
 
-constexpr auto kWatchdog = 200ms;  // what the controller's Config::watchdog_timeout must be
+// The watchdog limit of the stuck trials: the controller's Config::watchdog_timeout (Runtime::current()).
+inline std::chrono::milliseconds watchdog_limit() { return Runtime::current().config().watchdog_timeout; }
 
 inline bool alive(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -153,8 +154,8 @@ inline void run_trial(const std::string& kind, int trial, std::mt19937_64& rng, 
     if (kind == "freeze") freezer->freeze();
     if (kind == "exit") members.slice("procs", victim).broadcast<&Victim::exit_now>();
     if (kind == "stuck") {
-      members.slice("procs", victim).broadcast<&Victim::stuck_ms>(std::int64_t{kWatchdog.count() + 1500});
-      t0 += kWatchdog;  // what is timed is the report after the limit
+      members.slice("procs", victim).broadcast<&Victim::stuck_ms>(std::int64_t{watchdog_limit().count() + 1500});
+      t0 += watchdog_limit();  // what is timed is the report after the limit
     }
     {
       std::unique_lock lock(seen->mu);

@@ -162,9 +162,11 @@ Invocation invoke(Actor& base, std::span<const std::byte> body, std::span<const 
   }
 }
 
+// Never destroyed: threads that outlive static destruction (a proc's watchdog, when user code
+// calls exit() in a handler) may still read an endpoint's name from it.
 template <class A>
 const EndpointTable& endpoint_table() {
-  static const EndpointTable table = [] {
+  static const EndpointTable& table = *new EndpointTable([] {
     EndpointTable t;
     t.type_name = actor_info<A>().name;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -173,7 +175,7 @@ const EndpointTable& endpoint_table() {
        ...);
     }(std::make_index_sequence<std::tuple_size_v<decltype(actor_info<A>().endpoints)>>{});
     return t;
-  }();
+  }());
   return table;
 }
 
