@@ -14,7 +14,8 @@ packages=(
   libcaf-dev                              # CAF (C++ Actor Framework): a peer of the actor benchmark
   libgrpc++-dev protobuf-compiler-grpc    # gRPC: the other peer of the actor benchmark ...
   libprotobuf-dev protobuf-compiler       # ... and the protobuf it generates its stubs with
-  iproute2 util-linux                     # taskset for pinned benchmarks
+  iproute2 util-linux                     # taskset for pinned benchmarks; ip, unshare, nsenter for hosts in namespaces
+  nftables                                # one-way packet drops in the chaos suite
   nlohmann-json3-dev                      # JSON: configuration files
   openmpi-bin libopenmpi-dev              # Open MPI: the reference of the mesh benchmark
   python3-torch                           # torch.distributed.elastic: the supervision benchmark's peer

@@ -206,8 +206,9 @@ const std::vector<Field>& fields() {
             "How long `spawn_procs` and `spawn` wait for every member of a mesh before they fail."),
       field("stop_timeout", &Config::stop_timeout, DurationKind{},
             "How long a graceful stop of actors and procs may take before it is forced."),
-      field("transport", &Config::transport, ChoiceKind{{"unix", "tcp"}},
-            "The channel transport procs serve: Unix sockets (one host) or TCP."),
+      field("transport", &Config::transport, ChoiceKind{{"unix", "tcp", "netns"}},
+            "The channel transport procs serve: Unix sockets (one host), TCP, or TCP on a bridge the "
+            "controller makes so that hosts launched in network namespaces reach it (needs root)."),
       field("log_fold", &Config::log_fold, BoolKind{},
             "Fold identical output lines from many ranks into one line with a count."),
       field("log_fold_window", &Config::log_fold_window, DurationKind{},

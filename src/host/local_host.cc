@@ -77,6 +77,13 @@ std::string ExitStatus::to_string() const {
   return "exit code " + std::to_string(code);
 }
 
+std::string LocalHost::name() const {
+  if (!options_.name.empty()) return options_.name;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
 LocalHost::LocalHost(std::vector<std::string> argv, Options options)
     : argv_(std::move(argv)),
       options_(options),
@@ -139,7 +146,19 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = argv_;
+  // /proc/self/exe, not the path it names: that still works after the binary was rebuilt. A
+  // wrapper gets this process's exe by pid (its own /proc/self is the wrapper's).
+  static const std::string self_exe = "/proc/self/exe";
+  std::vector<std::string> args;
+  std::string exe = self_exe;
+  if (!spec.wrap.empty()) {
+    args = spec.wrap;
+    args.push_back("/proc/" + std::to_string(::getpid()) + "/exe");
+    args.insert(args.end(), argv_.begin() + (argv_.empty() ? 0 : 1), argv_.end());
+    exe = spec.wrap.front();
+  } else {
+    args = argv_;
+  }
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
 
@@ -160,10 +179,9 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
-  // /proc/self/exe, not the path it names: that still works after the binary was rebuilt.
-  static const std::string exe = "/proc/self/exe";
   pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+  int rc = spec.wrap.empty() ? ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data())
+                             : ::posix_spawnp(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   // The child's ends are the child's now.

@@ -29,25 +29,13 @@
 #include <thread>
 #include <vector>
 
+#include "host/host.h"
 #include "host/log_folder.h"
 #include "sceptre/core/result.h"
 
 namespace sceptre::host {
 
-// How a proc ended.
-struct ExitStatus {
-  int code = 0;    // exit code, when it exited
-  int signal = 0;  // the signal that killed it, else 0
-  std::string to_string() const;  // "exit code 3", "killed by signal 9 (Killed)"
-};
-
-struct ProcSpec {
-  std::string mesh;                      // for the log prefix
-  std::uint64_t rank = 0;
-  std::vector<std::string> env;          // NAME=value, added to (or replacing) the controller's
-};
-
-class LocalHost {
+class LocalHost : public Host {
  public:
   struct Options {
     LogFolder::Options fold;
@@ -55,28 +43,32 @@ class LocalHost {
     // Told of every proc that ended, once it is reaped (what it wrote is read by then), on the
     // pump thread and without the LocalHost's lock held (it may call status() or stderr_tail()).
     std::function<void(pid_t, const ExitStatus&)> on_exit;
+    std::uint32_t id = 0;          // Host::id
+    std::string name;              // Host::name; empty: the machine's host name
   };
   // `argv`: the command line the procs get (the controller's own).
   LocalHost(std::vector<std::string> argv, Options options);
   // Releases every proc still running, gives them `grace` to exit, kills the rest, reaps them,
   // prints what they wrote.
-  ~LocalHost();
+  ~LocalHost() override;
   LocalHost(const LocalHost&) = delete;
   LocalHost& operator=(const LocalHost&) = delete;
 
+  std::uint32_t id() const override { return options_.id; }
+  std::string name() const override;
   // Starts a proc; returns its pid. Error (kInternal) with errno's text when it cannot.
-  Result<pid_t> spawn(const ProcSpec& spec);
+  Result<pid_t> spawn(const ProcSpec& spec) override;
   // Closes the proc's lifeline: it stops itself.
   void release(pid_t pid);
-  void kill(pid_t pid, int signal);
+  void kill(pid_t pid, int signal) override;
   // How the proc ended; nullopt while it runs (or when it is not one of ours).
-  std::optional<ExitStatus> status(pid_t pid) const;
+  std::optional<ExitStatus> status(pid_t pid) const override;
   // Waits until the proc has ended and been reaped, up to `timeout`.
   std::optional<ExitStatus> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
   // The last lines it wrote to stderr (up to Options::stderr_tail_lines).
-  std::vector<std::string> stderr_tail(pid_t pid) const;
+  std::vector<std::string> stderr_tail(pid_t pid) const override;
   // Releases, then kills after `grace`, every proc in `pids`; returns once all are reaped.
-  void stop(const std::vector<pid_t>& pids, std::chrono::milliseconds grace);
+  void stop(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) override;
 
   void set_stop_grace(std::chrono::milliseconds grace) { grace_ = grace; }
 

@@ -23,6 +23,8 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "host/agent.h"
+#include "host/host_network.h"
 #include "host/local_host.h"
 #include "mesh/supervisor.h"
 #include "sceptre/actor/port.h"
@@ -62,7 +64,8 @@ struct BootReport {
   ActorId node;   // its cast node; node.proc is its ProcId
   ActorId agent;  // its ProcAgent
   std::int64_t pid = 0;
-  SCEPTRE_FIELDS(rank, node, agent, pid)
+  ActorId host;   // a host agent's HostAgent; empty for a proc
+  SCEPTRE_FIELDS(rank, node, agent, pid, host)
 };
 
 const char* env_or(const char* name, const char* fallback) {
@@ -70,24 +73,52 @@ const char* env_or(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
-ProcOptions proc_options(const Config& config) {
+// What a proc or agent serves: TCP on SCEPTRE_HOST_ADDR when its launcher gave it one (a host
+// in a network namespace, or any proc of a job with transport "netns"), else per the transport.
+ProcOptions proc_options(const Config& config, std::string listen_host = "") {
   ProcOptions o;
-  if (config.transport == "tcp") o.listen = "tcp:127.0.0.1:0";
+  if (listen_host.empty()) {
+    if (const char* a = std::getenv("SCEPTRE_HOST_ADDR"); a && *a) listen_host = a;
+  }
+  if (!listen_host.empty()) {
+    o.listen = "tcp:" + listen_host + ":0";
+  } else if (config.transport != "unix") {
+    o.listen = "tcp:127.0.0.1:0";
+  }
   o.stop_timeout = config.stop_timeout;
   return o;
+}
+
+// An address of this process's network namespace that can be bound: one its launcher is still
+// wiring is not, for a moment.
+bool wait_for_address(const std::string& host, std::chrono::milliseconds timeout) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0) ::close(fd);
+    if (ok) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ::usleep(2000);
+  }
 }
 
 void apply_log_level(const Config& config) {
   log().set_level(spdlog::level::from_str(config.log_level));
 }
 
-// The proc role: serve, report, run until the lifeline closes, exit. Never returns.
-bool proc_role() {
-  const char* role = std::getenv("SCEPTRE_ROLE");
-  return role && std::string_view(role) == "proc";
+// The proc role (and the host agent's, which is a proc with a HostAgent in it): serve, report,
+// run until the lifeline closes, exit. Never returns.
+std::string_view role() {
+  const char* r = std::getenv("SCEPTRE_ROLE");
+  return r ? std::string_view(r) : std::string_view();
 }
+bool proc_role() { return role() == "proc" || role() == "host"; }
 
-void serve_proc();
+void serve_proc(const std::vector<std::string>& argv);
 
 // A proc that crashes prints where, on its stderr (which the controller keeps the tail of for the
 // failure report), then dies of the same signal.
@@ -111,9 +142,9 @@ void install_crash_handler() {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::sigaction(sig, &sa, nullptr);
 }
 
-[[noreturn]] void run_proc() {
+[[noreturn]] void run_proc(const std::vector<std::string>& argv) {
   try {
-    serve_proc();
+    serve_proc(argv);
   } catch (const std::exception& e) {  // never back into the user's main
     std::fprintf(stderr, "sceptre proc: %s\n", e.what());
     std::_Exit(3);
@@ -123,7 +154,7 @@ void install_crash_handler() {
   std::exit(0);
 }
 
-void serve_proc() {
+void serve_proc(const std::vector<std::string>& argv) {
   // When the controller dies, the pipes to it close with the lifeline: a write to them then fails
   // (EPIPE) instead of killing the proc before it has stopped its actors.
   std::signal(SIGPIPE, SIG_IGN);
@@ -156,8 +187,40 @@ void serve_proc() {
   // is out of reach (a pipe of its own wakes the wait).
   int orphan_pipe[2];
   if (::pipe2(orphan_pipe, O_CLOEXEC) != 0) throw Exception(Error(Code::kInternal, "pipe2 failed"));
+  const bool agent_role = role() == "host";
+  if (const char* a = std::getenv("SCEPTRE_HOST_ADDR"); a && *a && !wait_for_address(a, config->spawn_timeout)) {
+    std::fprintf(stderr, "sceptre %s: the address %s never came up here\n", agent_role ? "host" : "proc", a);
+    std::_Exit(2);
+  }
   {
     Proc proc(proc_options(*config));
+    // A host agent's procs (destroyed before the proc: stopping them uses it).
+    std::shared_ptr<host::LocalHost> procs_host;
+    ActorId host_agent;
+    if (agent_role) {
+      auto notices = PortId::parse(env_or("SCEPTRE_HOST_EVENTS", ""));
+      if (!notices) {
+        std::fprintf(stderr, "sceptre host: bad SCEPTRE_HOST_EVENTS: %s\n", notices.error().to_string().c_str());
+        std::_Exit(2);
+      }
+      const auto host_id = static_cast<std::uint32_t>(std::strtoul(env_or("SCEPTRE_HOST_ID", "0"), nullptr, 10));
+      host::LocalHost::Options o{{config->log_fold, config->log_fold_window}, config->stderr_tail_lines, {}, host_id,
+                                 env_or("SCEPTRE_HOST_NAME", "")};
+      auto self = std::make_shared<std::weak_ptr<host::LocalHost>>();  // set once it is made
+      o.on_exit = [self, host_id, to = PortRef<host::ExitNotice>(*notices)](pid_t pid, const host::ExitStatus& st) {
+        auto h = self->lock();  // the pump may still tell of an exit while the LocalHost goes
+        host::ExitNotice n{host_id, pid, st.code, st.signal, h ? h->stderr_tail(pid) : std::vector<std::string>{}};
+        try {
+          to.send(std::move(n));
+        } catch (const std::exception& e) {
+          log().warn("host agent: could not tell the controller that pid {} ended: {}", pid, e.what());
+        }
+      };
+      procs_host = std::make_shared<host::LocalHost>(argv, o);
+      *self = procs_host;
+      procs_host->set_stop_grace(config->stop_timeout + std::chrono::seconds(2));
+      host_agent = proc.spawn<host::HostAgent>("host", std::weak_ptr<host::LocalHost>(procs_host)).id();
+    }
     // Destroyed before the proc: it reads the proc's handlers.
     std::unique_ptr<detail::ProcMonitor> monitor;
     if (const char* health = std::getenv("SCEPTRE_HEALTH"); health && *health) {
@@ -181,7 +244,7 @@ void serve_proc() {
     }
     ActorId node = detail::cast_node(proc);
     ActorId agent = proc.spawn<detail::ProcAgent>("agent").id();
-    PortRef<BootReport>(*boot).send(BootReport{rank, node, agent, ::getpid()});
+    PortRef<BootReport>(*boot).send(BootReport{rank, node, agent, ::getpid(), host_agent});
     for (;;) {
       pollfd fds[2] = {{lifeline, POLLIN, 0}, {orphan_pipe[0], POLLIN, 0}};
       int n = ::poll(fds, 2, -1);
@@ -199,6 +262,7 @@ void serve_proc() {
       slot->monitor = nullptr;
     }
     monitor.reset();
+    procs_host.reset();  // stops this host's procs: released, then killed after their grace
   }  // stops the actors, gracefully first
   ::close(orphan_pipe[0]);
   ::close(orphan_pipe[1]);
@@ -237,6 +301,7 @@ namespace detail {
 struct RuntimeState {
   Config config;
   std::vector<std::string> argv;
+  std::unique_ptr<host::HostNetwork> net;  // transport "netns": the hosts' bridge; goes last
   std::unique_ptr<Proc> proc;
   // Made after the host, whose pump thread tells it of every exit (hence atomic), and declared
   // before it: the host, destroyed first, stops telling.
@@ -246,12 +311,63 @@ struct RuntimeState {
   std::shared_ptr<host::LocalHost> host;
   std::mutex mu;
   std::vector<std::weak_ptr<ProcMeshState>> meshes;
+  // Launched hosts: their agents tell of every proc that ended on one port, read by one thread.
+  std::map<std::uint32_t, std::weak_ptr<host::RemoteHost>> remotes;
+  std::uint32_t next_host_id = 1;
+  std::optional<PortId> notices;
+  std::thread notice_thread;
+  std::atomic<bool> closing{false};
+
+  // The hosts' notice port, opened with the first launch. mu held.
+  const PortId& notice_port() {
+    if (notices) return *notices;
+    auto port = sceptre::open_port<host::ExitNotice>();
+    notices = port.first.id();
+    notice_thread = std::thread([this, rx = std::move(port.second)]() mutable {
+      while (!closing.load()) {
+        std::optional<host::ExitNotice> n;
+        try {
+          n = rx.recv(std::chrono::milliseconds(100));
+        } catch (const TimeoutError&) {
+          continue;
+        } catch (const Exception& e) {
+          log().warn("host notices: {}", e.what());
+          continue;
+        }
+        std::shared_ptr<host::RemoteHost> h;
+        {
+          std::lock_guard lock(mu);
+          auto it = remotes.find(n->host);
+          if (it != remotes.end()) h = it->second.lock();
+        }
+        if (h) h->notice(*n);
+      }
+    });
+    return *notices;
+  }
+};
+
+// Where and how the ranks of one spawn run.
+struct SpawnPlan {
+  std::string name;
+  Extent extent;
+  std::vector<std::weak_ptr<host::Host>> hosts;           // by rank
+  std::size_t per_host = 1;                               // LOCAL_WORLD_SIZE
+  std::string master_addr = "127.0.0.1";
+  std::string role = "proc";
+  std::vector<std::vector<std::string>> env;              // by rank, added to sceptre's (may be empty)
+  std::vector<std::string> wrap;                          // ProcSpec::wrap
+  std::function<Status(std::size_t rank, pid_t pid)> on_started;  // before its boot report is awaited
+  std::vector<std::weak_ptr<host::RemoteHost>> serves;    // MeshHealth::serves
+  std::shared_ptr<void> keep_hosts;                       // what the hosts belong to
+  FailureHandler on_failure;
 };
 
 struct ProcMeshState {
   std::string name;
   Extent extent;
-  std::weak_ptr<host::LocalHost> host;
+  SpawnPlan plan;  // a respawned rank starts as it did
+  bool is_agents = false;
   std::chrono::milliseconds grace{0};
   std::once_flag stopped;
   // What every proc of the spawn is started with (a respawned rank too).
@@ -261,6 +377,7 @@ struct ProcMeshState {
   std::mutex mu;  // pids and derived: a respawn changes them while others read
   std::vector<pid_t> pids;
   std::shared_ptr<MeshHealth> health;  // once every proc came up
+  std::vector<ActorId> host_agents;    // an agents' mesh: each rank's HostAgent
   std::weak_ptr<MeshMembers> members;  // the proc mesh's own (its procs' nodes and agents)
   // Every actor mesh spawned on these procs, and how to make one of its members again.
   struct Derived {
@@ -281,6 +398,29 @@ struct ProcMeshState {
     std::lock_guard lock(mu);
     return pids;
   }
+  std::shared_ptr<host::Host> host_of(std::size_t rank) const {
+    return rank < plan.hosts.size() ? plan.hosts[rank].lock() : nullptr;
+  }
+  // Stops the procs of (rank, pid), host by host (all at once: each host's stop waits for its own).
+  void stop_ranks(const std::map<std::size_t, pid_t>& ranks, std::chrono::milliseconds how_long) const {
+    std::map<host::Host*, std::pair<std::shared_ptr<host::Host>, std::vector<pid_t>>> by_host;
+    for (auto& [r, pid] : ranks) {
+      if (auto h = host_of(r); h && pid) {
+        auto& e = by_host[h.get()];
+        e.first = h;
+        e.second.push_back(pid);
+      }
+    }
+    std::vector<std::thread> stoppers;
+    for (auto& [raw, e] : by_host) {
+      if (by_host.size() == 1) {
+        e.first->stop(e.second, how_long);
+      } else {
+        stoppers.emplace_back([&e, how_long] { e.first->stop(e.second, how_long); });
+      }
+    }
+    for (auto& t : stoppers) t.join();
+  }
   void stop() {
     std::lock_guard no_respawn(respawn_mu);  // one in progress finishes first; none starts after
     std::call_once(stopped, [&] {
@@ -288,12 +428,13 @@ struct ProcMeshState {
         health->stopping = true;  // its procs' exits are expected now
         health->set_handler({});  // what the handler refers to may go with the mesh
       }
-      auto h = host.lock();
-      if (!h) return;
       const std::vector<pid_t> all = pid_list();
-      h->stop(all, grace);
+      std::map<std::size_t, pid_t> ranks;
+      for (std::size_t r = 0; r < all.size(); ++r) ranks[r] = all[r];
+      stop_ranks(ranks, grace);
       for (std::size_t r = 0; r < all.size(); ++r) {  // a proc that failed on its way out says so
-        auto st = all[r] ? h->status(all[r]) : std::nullopt;
+        auto h = host_of(r);
+        auto st = all[r] && h ? h->status(all[r]) : std::nullopt;
         if (st && st->code != 0 && !(health && health->failure(r))) {
           log().warn("proc mesh '{}': rank {} (pid {}) ended with {}", name, r, all[r], st->to_string());
         }
@@ -405,10 +546,11 @@ Runtime::Runtime(int argc, char** argv) : Runtime(argc, argv, [] {
 }()) {}
 
 Runtime::Runtime(int argc, char** argv, Config config) {
-  if (proc_role()) run_proc();
+  std::vector<std::string> args(argv, argv + argc);
+  if (proc_role()) run_proc(args);
   auto state = std::make_shared<detail::RuntimeState>();
   state->config = std::move(config);
-  for (int i = 0; i < argc; ++i) state->argv.emplace_back(argv[i]);
+  state->argv = std::move(args);
   {
     std::lock_guard lock(detail::g_mu);
     if (detail::g_runtime) throw Exception(Error(Code::kFailedPrecondition, "a sceptre::Runtime exists already"));
@@ -418,17 +560,27 @@ Runtime::Runtime(int argc, char** argv, Config config) {
   if (!std::getenv("SCEPTRE_SECRET") || !*std::getenv("SCEPTRE_SECRET")) {
     ::setenv("SCEPTRE_SECRET", random_secret().c_str(), 1);
   }
-  state->proc = std::make_unique<Proc>(proc_options(state->config));
+  // Hosts in network namespaces reach the controller on a bridge of its own; every proc serves TCP.
+  std::string listen_host;
+  if (state->config.transport == "netns") {
+    auto net = host::HostNetwork::make();
+    if (!net) throw Exception(std::move(net).error().with_context("sceptre transport 'netns'"));
+    state->net = std::move(*net);
+    listen_host = state->net->controller_address();
+  }
+  state->proc = std::make_unique<Proc>(proc_options(state->config, listen_host));
   detail::RuntimeState* raw = state.get();
   state->host = std::make_shared<host::LocalHost>(
       state->argv, host::LocalHost::Options{{state->config.log_fold, state->config.log_fold_window},
                                             state->config.stderr_tail_lines,
                                             [raw](pid_t pid, const host::ExitStatus& status) {
                                               std::lock_guard lock(raw->exit_mu);
-                                              if (auto* s = raw->supervisor.load()) s->on_exit(pid, status);
-                                            }});
+                                              if (auto* s = raw->supervisor.load()) s->on_exit(*raw->host, pid, status);
+                                            },
+                                            0, std::string()});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
-  state->supervisor_owner = std::make_unique<detail::Supervisor>(state->config, *state->proc, state->host);
+  state->supervisor_owner = std::make_unique<detail::Supervisor>(
+      state->config, *state->proc, listen_host.empty() ? std::string() : "tcp:" + listen_host + ":0");
   state->supervisor = state->supervisor_owner.get();
   (void)detail::cast_node(*state->proc);
   std::lock_guard lock(detail::g_mu);
@@ -450,7 +602,13 @@ Runtime::~Runtime() {
       if (auto s = w.lock()) live.push_back(std::move(s));
     }
   }
+  // Procs first (those on launched hosts need their agents to stop them), then the agents.
+  for (auto& s : live) {
+    if (!s->is_agents) s->stop();
+  }
   for (auto& s : live) s->stop();
+  state_->closing = true;
+  if (state_->notice_thread.joinable()) state_->notice_thread.join();
   // Supervision ends before the host: no exit is told to it after this, and its threads (a
   // handler in progress included) are done before the host they use goes away.
   {
@@ -460,6 +618,7 @@ Runtime::~Runtime() {
   state_->supervisor_owner.reset();
   state_->host.reset();  // stops any proc left, prints what they wrote
   state_->proc.reset();
+  state_->net.reset();
 }
 
 Runtime& Runtime::current() {
@@ -480,25 +639,25 @@ HostMesh this_host() { return Runtime::current().this_host(); }
 namespace {
 
 // Starts the procs of `ranks` of `state` and waits until each has reported that it is up.
-// Throws CallError naming the first that did not, after killing the ones it started.
+// Throws CallError naming the first that did not, after stopping the ones it started.
 std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshState& state,
                                     const std::vector<std::size_t>& ranks) {
   const Config& config = rt.config;
+  const detail::SpawnPlan& plan = state.plan;
   const std::size_t n = state.extent.num_ranks();
   std::map<std::size_t, pid_t> started;
   auto fail = [&](std::size_t rank, const std::string& why) {
     const pid_t pid = started.count(rank) ? started[rank] : 0;
-    std::vector<std::string> tail = pid ? rt.host->stderr_tail(pid) : std::vector<std::string>{};
+    auto h = state.host_of(rank);
+    std::vector<std::string> tail = pid && h ? h->stderr_tail(pid) : std::vector<std::string>{};
     std::string text = "proc mesh '" + state.name + "' " + state.extent.to_string() + ": rank " +
                        std::to_string(rank) + " " + state.extent.point(rank).to_string() + " (pid " +
-                       std::to_string(pid) + ") " + why;
+                       std::to_string(pid) + (h ? " on " + h->name() : std::string()) + ") " + why;
     if (!tail.empty()) {
       text += "; the last lines of its stderr:";
       for (const auto& l : tail) text += "\n    " + l;
     }
-    std::vector<pid_t> pids;
-    for (auto& [r, p] : started) pids.push_back(p);
-    rt.host->stop(pids, std::chrono::milliseconds(1000));
+    state.stop_ranks(started, std::chrono::milliseconds(1000));
     throw CallError(Error(Code::kUnavailable, std::move(text)));
   };
 
@@ -508,14 +667,15 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
     host::ProcSpec spec;
     spec.mesh = state.name;
     spec.rank = r;
+    spec.wrap = plan.wrap;
     const std::string rs = std::to_string(r), ns = std::to_string(n);
     spec.env = {"RANK=" + rs,
                 "WORLD_SIZE=" + ns,
-                "LOCAL_RANK=" + rs,
-                "LOCAL_WORLD_SIZE=" + ns,
-                "MASTER_ADDR=127.0.0.1",
+                "LOCAL_RANK=" + std::to_string(r % plan.per_host),
+                "LOCAL_WORLD_SIZE=" + std::to_string(plan.per_host),
+                "MASTER_ADDR=" + plan.master_addr,
                 "MASTER_PORT=" + state.master_port,
-                "SCEPTRE_ROLE=proc",
+                "SCEPTRE_ROLE=" + plan.role,
                 "SCEPTRE_MESH=" + state.name,
                 "SCEPTRE_RANK=" + rs,
                 "SCEPTRE_EXTENT=" + state.extent.to_string(),
@@ -526,9 +686,15 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
                 "SCEPTRE_HEALTH=" + state.health_addr,
                 "SCEPTRE_MESH_ID=" + std::to_string(state.mesh_id),
                 "SCEPTRE_CONTROLLER=" + state.controller};
-    auto pid = rt.host->spawn(spec);
+    if (r < plan.env.size()) spec.env.insert(spec.env.end(), plan.env[r].begin(), plan.env[r].end());
+    auto h = state.host_of(r);
+    if (!h) fail(r, "could not be started: its host is gone");
+    auto pid = h->spawn(spec);
     if (!pid) fail(r, "could not be started: " + pid.error().to_string());
     started[r] = *pid;
+    if (plan.on_started) {
+      if (Status s = plan.on_started(r, *pid); !s.ok()) fail(r, "could not be set up: " + s.error().to_string());
+    }
   }
 
   std::map<std::size_t, BootReport> reports;
@@ -548,7 +714,8 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
     }
     for (auto& [r, pid] : started) {
       if (reports.count(r)) continue;
-      if (auto st = rt.host->status(pid)) fail(r, "exited before it came up (" + st->to_string() + ")");
+      auto h = state.host_of(r);
+      if (auto st = h ? h->status(pid) : std::nullopt) fail(r, "exited before it came up (" + st->to_string() + ")");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       for (auto& [r, pid] : started) {
@@ -566,18 +733,102 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
 
 }  // namespace
 
+namespace detail {
+
+// The agents of one launch_hosts, and the RemoteHosts they serve.
+struct HostMeshState {
+  std::weak_ptr<RuntimeState> rt;
+  ProcMesh agents;
+  std::vector<std::shared_ptr<host::RemoteHost>> hosts;
+  std::vector<std::string> addresses, links;
+  std::mutex mu;
+  std::vector<std::weak_ptr<ProcMeshState>> meshes;  // spawned on these hosts
+  std::once_flag stopped;
+
+  ~HostMeshState() {
+    try {
+      stop();
+    } catch (const std::exception& e) {
+      log().error("host mesh: stopping it failed: {}", e.what());
+    }
+  }
+  void stop() {
+    std::call_once(stopped, [&] {
+      std::vector<std::shared_ptr<ProcMeshState>> live;
+      {
+        std::lock_guard lock(mu);
+        for (auto& w : meshes) {
+          if (auto m = w.lock()) live.push_back(std::move(m));
+        }
+      }
+      for (auto& m : live) m->stop();
+      agents.stop();
+    });
+  }
+};
+
+}  // namespace detail
+
+
 ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name, FailureHandler on_failure) const {
   std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
+  detail::SpawnPlan plan;
+  plan.name = std::move(name);
+  plan.on_failure = std::move(on_failure);
+  const std::size_t per = extent.num_ranks();
+  plan.per_host = std::max<std::size_t>(per, 1);
+  if (!state_) {
+    plan.extent = extent;
+    plan.hosts.assign(per, rt->host);
+    if (rt->net) {
+      plan.master_addr = rt->net->controller_address();
+      plan.env.assign(per, {"SCEPTRE_HOST_ADDR=" + rt->net->controller_address()});
+    }
+    return detail::spawn_mesh(rt, std::move(plan), false);
+  }
+  const detail::HostMeshState& hm = *state_;
+  if (extent.dim("hosts")) {
+    throw CallError(Error(Code::kInvalidArgument, "spawning '" + plan.name + "' on hosts: the extent " +
+                                                      extent.to_string() + " has a dimension 'hosts' already"));
+  }
+  std::vector<std::string> names{"hosts"};
+  std::vector<std::size_t> sizes{hm.hosts.size()};
+  for (std::size_t i = 0; i < extent.ndim(); ++i) {
+    names.push_back(extent.names()[i]);
+    sizes.push_back(extent.sizes()[i]);
+  }
+  auto full = Extent::make(std::move(names), std::move(sizes));
+  if (!full) throw CallError(std::move(full).error());
+  plan.extent = std::move(*full);
+  for (std::size_t k = 0; k < hm.hosts.size(); ++k) {
+    for (std::size_t i = 0; i < per; ++i) plan.hosts.push_back(hm.hosts[k]);
+  }
+  if (!hm.addresses.empty() && !hm.addresses[0].empty()) plan.master_addr = hm.addresses[0];
+  plan.keep_hosts = state_;
+  ProcMesh mesh = detail::spawn_mesh(rt, std::move(plan), false);
+  {
+    std::lock_guard lock(state_->mu);
+    std::erase_if(state_->meshes, [](const auto& w) { return w.expired(); });
+    state_->meshes.push_back(mesh.state_);
+  }
+  return mesh;
+}
+
+ProcMesh detail::spawn_mesh(const std::shared_ptr<detail::RuntimeState>& rt, detail::SpawnPlan plan, bool is_agents) {
+  const std::string name = plan.name;
   if (Status s = check_actor_name(name); !s.ok()) {
     throw CallError(Error(s.error()).with_context("the name of a proc mesh"));
   }
   const Config& config = rt->config;
+  const Extent extent = plan.extent;
   const std::size_t n = extent.num_ranks();
   detail::Supervisor& supervisor = *rt->supervisor.load();
   auto state = std::make_shared<detail::ProcMeshState>();
   state->name = name;
   state->extent = extent;
-  state->host = rt->host;
+  FailureHandler on_failure = std::move(plan.on_failure);
+  state->plan = std::move(plan);
+  state->is_agents = is_agents;
   state->grace = config.stop_timeout + std::chrono::seconds(2);
   state->master_port = std::to_string(free_port());
   state->config_json = config.to_json();
@@ -604,8 +855,8 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name, FailureHa
   // Supervised from now on: an exit, a lost heartbeat or a failed actor is a failure of the mesh.
   std::vector<ProcId> proc_ids;
   for (const auto& b : reports) proc_ids.push_back(b.node.proc);
-  state->health =
-      std::make_shared<detail::MeshHealth>(state->mesh_id, name, extent, state->pids, std::move(proc_ids), std::string());
+  state->health = std::make_shared<detail::MeshHealth>(state->mesh_id, name, extent, state->pids, std::move(proc_ids),
+                                                       state->plan.hosts, state->plan.serves);
   if (on_failure) state->health->set_handler(std::move(on_failure));
   supervisor.add(state->health);
 
@@ -624,11 +875,98 @@ ProcMesh HostMesh::spawn_procs(const Extent& extent, std::string name, FailureHa
   members->keep_alive = state;
   members->outstanding.reset(new std::atomic<std::int64_t>[n]());
   state->members = members;
+  for (const auto& b : reports) state->host_agents.push_back(b.host);
   return ProcMesh(std::move(state), detail::MeshView(std::move(members)));
+}
+
+// --- launched hosts ------------------------------------------------------------------------------
+
+HostMesh Runtime::launch_hosts(std::size_t count, HostLaunch how) {
+  std::shared_ptr<detail::RuntimeState> rt = state_;
+  if (count == 0) throw CallError(Error(Code::kInvalidArgument, "launch_hosts of no hosts"));
+  if (how.netns && !rt->net) {
+    throw CallError(Error(Code::kFailedPrecondition,
+                          "hosts in network namespaces need Config::transport \"netns\" (SCEPTRE_TRANSPORT=netns), "
+                          "so that the controller serves on their bridge"));
+  }
+  if (how.netns && count > host::HostNetwork::kMaxHosts) {
+    throw CallError(Error(Code::kInvalidArgument, "at most 250 hosts in network namespaces"));
+  }
+  auto hm = std::make_shared<detail::HostMeshState>();
+  hm->rt = rt;
+  std::vector<std::uint32_t> ids;
+  PortId notices;
+  {
+    std::lock_guard lock(rt->mu);
+    notices = rt->notice_port();
+    for (std::size_t k = 0; k < count; ++k) ids.push_back(rt->next_host_id++);
+  }
+  detail::RuntimeState* raw = rt.get();
+  auto on_exit = [raw](const host::Host& h, pid_t pid, const host::ExitStatus& st) {
+    std::lock_guard lock(raw->exit_mu);
+    if (auto* s = raw->supervisor.load()) s->on_exit(h, pid, st);
+  };
+  detail::SpawnPlan plan;
+  plan.name = how.name;
+  auto extent = Extent::make({"hosts"}, {count});
+  if (!extent) throw CallError(std::move(extent).error());
+  plan.extent = std::move(*extent);
+  plan.hosts.assign(count, rt->host);
+  plan.per_host = count;  // all on this machine
+  plan.role = "host";
+  plan.on_failure = std::move(how.on_failure);
+  for (std::size_t k = 0; k < count; ++k) {
+    std::string addr = how.netns ? rt->net->host_address(k) : rt->net ? rt->net->controller_address() : std::string();
+    std::string name = how.netns ? "host " + std::to_string(k) + " (" + addr + ")"
+                                 : "host " + std::to_string(k) + " of '" + how.name + "'";
+    auto remote = std::make_shared<host::RemoteHost>(ids[k], name, rt->config.spawn_timeout, on_exit);
+    hm->hosts.push_back(remote);
+    plan.serves.push_back(remote);
+    hm->addresses.push_back(how.netns ? addr : std::string());
+    hm->links.push_back(how.netns ? rt->net->link(k) : std::string());
+    std::vector<std::string> env{"SCEPTRE_HOST_ID=" + std::to_string(ids[k]), "SCEPTRE_HOST_EVENTS=" + notices.to_string(),
+                                 "SCEPTRE_HOST_NAME=" + name};
+    if (!addr.empty()) env.push_back("SCEPTRE_HOST_ADDR=" + addr);
+    plan.env.push_back(std::move(env));
+  }
+  if (how.netns) {
+    plan.master_addr = rt->net->host_address(0);
+    plan.wrap = host::HostNetwork::wrap();
+    plan.on_started = [net = rt->net.get(), timeout = rt->config.spawn_timeout](std::size_t k, pid_t pid) {
+      return net->attach(pid, k, timeout);
+    };
+  }
+  {
+    std::lock_guard lock(rt->mu);
+    for (auto& h : hm->hosts) rt->remotes[h->id()] = h;
+  }
+  hm->agents = detail::spawn_mesh(rt, std::move(plan), true);
+  const auto& agents = hm->agents.state_->host_agents;
+  for (std::size_t k = 0; k < count; ++k) hm->hosts[k]->set_agent(ActorRef<host::HostAgent>(agents.at(k)));
+  return HostMesh(std::move(hm));
+}
+
+Extent HostMesh::extent() const {
+  if (state_) return state_->agents.extent();
+  return *Extent::make({"hosts"}, {1});
+}
+std::size_t HostMesh::size() const { return state_ ? state_->hosts.size() : 1; }
+std::string HostMesh::address(std::size_t k) const { return state_ ? state_->addresses.at(k) : std::string(); }
+std::string HostMesh::link(std::size_t k) const { return state_ ? state_->links.at(k) : std::string(); }
+ProcMesh HostMesh::agents() const { return state_ ? state_->agents : ProcMesh(); }
+void HostMesh::on_failure(FailureHandler handler) const {
+  if (!state_) throw CallError(Error(Code::kFailedPrecondition, "on_failure of the controller's own host"));
+  state_->agents.on_failure(std::move(handler));
+}
+void HostMesh::stop() const {
+  if (state_) state_->stop();
 }
 
 void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
   if (!state_ || !state_->health) throw CallError(Error(Code::kFailedPrecondition, "respawn of an empty ProcMesh"));
+  if (state_->is_agents) {
+    throw CallError(Error(Code::kUnimplemented, "respawn of host agents ('" + name() + "'): launch new hosts instead"));
+  }
   std::shared_ptr<detail::RuntimeState> rt = detail::runtime_state();
   detail::ProcMeshState& st = *state_;
   std::lock_guard one(st.respawn_mu);
@@ -655,8 +993,12 @@ void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
       rt->proc->peer_lost(st.health->proc(b), Error(Code::kUnavailable, "rank " + std::to_string(b) + " of '" +
                                                                             st.name + "' is being respawned"));
     }
-    for (pid_t p : old) rt->host->kill(p, SIGKILL);
-    rt->host->stop(old, std::chrono::milliseconds(1000));
+    std::map<std::size_t, pid_t> old_ranks;
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      if (auto h = st.host_of(base[i])) h->kill(old[i], SIGKILL);
+      old_ranks[base[i]] = old[i];
+    }
+    st.stop_ranks(old_ranks, std::chrono::milliseconds(1000));
   }
   std::vector<BootReport> reports = start_procs(*rt, st, base);
   std::vector<pid_t> fresh;
@@ -694,7 +1036,9 @@ void ProcMesh::respawn(const std::vector<std::size_t>& ranks) const {
       made.push_back(std::move(one));
     }
   } catch (...) {
-    rt->host->stop(fresh, std::chrono::milliseconds(1000));
+    std::map<std::size_t, pid_t> fresh_ranks;
+    for (std::size_t i = 0; i < base.size(); ++i) fresh_ranks[base[i]] = fresh[i];
+    st.stop_ranks(fresh_ranks, std::chrono::milliseconds(1000));
     throw;
   }
 

@@ -10,7 +10,8 @@
 #include <cstdlib>
 
 #include "core/log.h"
-#include "host/local_host.h"
+#include "host/agent.h"
+#include "host/host.h"
 #include "host/log_folder.h"
 
 namespace sceptre {
@@ -22,6 +23,7 @@ std::string_view to_string(FailureCause cause) {
     case FailureCause::kActorFailed: return "actor failed";
     case FailureCause::kHeartbeatLost: return "heartbeat lost";
     case FailureCause::kStuck: return "stuck";
+    case FailureCause::kHostLost: return "host lost";
   }
   return "unknown";
 }
@@ -86,11 +88,13 @@ namespace detail {
 // --- MeshHealth ----------------------------------------------------------------------------------
 
 MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std::vector<pid_t> pid_list,
-                       std::vector<ProcId> proc_list, std::string host_)
+                       std::vector<ProcId> proc_list, std::vector<std::weak_ptr<host::Host>> hosts_,
+                       std::vector<std::weak_ptr<host::RemoteHost>> serves_)
     : id(id_),
       name(std::move(name_)),
       extent(std::move(extent_)),
-      host(std::move(host_)),
+      hosts(std::move(hosts_)),
+      serves(std::move(serves_)),
       size_(pid_list.size()),
       pids_(std::move(pid_list)),
       procs_(std::move(proc_list)),
@@ -217,7 +221,7 @@ namespace {
 
 std::string health_listen(const Config& config) {
   static std::atomic<int> counter{0};
-  if (config.transport == "tcp") return "tcp:127.0.0.1:0";
+  if (config.transport != "unix") return "tcp:127.0.0.1:0";
   return "unix:@sceptre-health-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
@@ -238,9 +242,8 @@ std::string this_host_name() {
 
 }  // namespace
 
-Supervisor::Supervisor(const Config& config, Proc& proc, std::shared_ptr<host::LocalHost> host)
-    : config_(config), proc_(proc), host_(host) {
-  auto addr = channel::ChannelAddr::parse(health_listen(config));
+Supervisor::Supervisor(const Config& config, Proc& proc, std::string listen) : config_(config), proc_(proc) {
+  auto addr = channel::ChannelAddr::parse(listen.empty() ? health_listen(config) : listen);
   if (!addr) throw Exception(std::move(addr).error());
   auto rx = channel::serve(ctx_, *addr, health_channel_options(), [this](wire::Message m) { on_report(std::move(m)); });
   if (!rx) throw Exception(Error(rx.error()).with_context("serving the health channel"));
@@ -283,26 +286,28 @@ void Supervisor::add(const std::shared_ptr<MeshHealth>& health) {
     std::erase_if(meshes_, [](const auto& kv) { return kv.second.expired(); });
     std::erase_if(by_pid_, [](const auto& kv) { return kv.second.first.expired(); });
     meshes_[health->id] = health;
-    for (std::size_t r = 0; r < health->size(); ++r) by_pid_[health->pid(r)] = {health, r};
+    for (std::size_t r = 0; r < health->size(); ++r) {
+      if (auto h = health->host(r)) by_pid_[{h->id(), health->pid(r)}] = {health, r};
+    }
   }
   for (std::size_t r = 0; r < health->size(); ++r) health->heard_from(r);
-  auto host = host_.lock();
-  if (!host) return;
   for (std::size_t r = 0; r < health->size(); ++r) {  // ended between its boot report and now
     const pid_t pid = health->pid(r);
-    if (auto st = host->status(pid)) on_exit(pid, *st);
+    auto host = health->host(r);
+    if (auto st = host ? host->status(pid) : std::nullopt) on_exit(*host, pid, *st);
   }
 }
 
 void Supervisor::rejoin(const std::shared_ptr<MeshHealth>& health, std::size_t rank, pid_t pid, ProcId proc) {
+  auto host = health->host(rank);
+  if (!host) return;
   {
     std::lock_guard lock(mu_);
-    by_pid_.erase(health->pid(rank));
-    by_pid_[pid] = {health, rank};
+    by_pid_.erase({host->id(), health->pid(rank)});
+    by_pid_[{host->id(), pid}] = {health, rank};
   }
   health->rejoin(rank, pid, std::move(proc));
-  auto host = host_.lock();
-  if (auto st = host ? host->status(pid) : std::nullopt) on_exit(pid, *st);  // ended already
+  if (auto st = host->status(pid)) on_exit(*host, pid, *st);  // ended already
 }
 
 MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, pid_t pid, FailureCause cause,
@@ -313,19 +318,20 @@ MeshFailure Supervisor::describe(const MeshHealth& health, std::size_t rank, pid
   f.point = health.extent.point(rank);
   f.cause = cause;
   f.what = std::move(what);
-  f.host = health.host.empty() ? this_host_name() : health.host;
+  auto host = health.host(rank);
+  f.host = host ? host->name() : this_host_name();
   f.pid = pid;
-  if (auto host = host_.lock()) f.last_lines = host->stderr_tail(f.pid);
+  if (host) f.last_lines = host->stderr_tail(f.pid);
   f.when = SteadyClock::now();
   return f;
 }
 
-void Supervisor::on_exit(pid_t pid, const host::ExitStatus& status) {
+void Supervisor::on_exit(const host::Host& host, pid_t pid, const host::ExitStatus& status) {
   std::shared_ptr<MeshHealth> health;
   std::size_t rank = 0;
   {
     std::lock_guard lock(mu_);
-    auto it = by_pid_.find(pid);
+    auto it = by_pid_.find({host.id(), pid});
     if (it == by_pid_.end()) return;
     health = it->second.first.lock();
     rank = it->second.second;
@@ -355,7 +361,15 @@ void Supervisor::on_report(wire::Message&& msg) {
   const auto pid = static_cast<pid_t>(report->pid);
   if (pid != health->pid(rank)) return;  // from a proc the rank no longer runs
   if (report->kind == HealthReport::kHeartbeat) {
-    health->heard_from(rank);
+    if (report->unacked_ms <= config_.heartbeat_timeout.count()) {
+      health->heard_from(rank);
+      return;
+    }
+    // It hears nothing from here, though this hears it: the link is cut one way.
+    fail(health, describe(*health, rank, pid, FailureCause::kHeartbeatLost,
+                          "its reports are not acknowledged for " + std::to_string(report->unacked_ms) +
+                              " ms (Config::heartbeat_timeout " + std::to_string(config_.heartbeat_timeout.count()) +
+                              " ms): the link to it is cut one way; killed"));
     return;
   }
   if (health->stopping.load()) return;
@@ -415,19 +429,43 @@ void Supervisor::fail(const std::shared_ptr<MeshHealth>& health, MeshFailure fai
     // A proc declared lost must never come back as a member: it is killed (SIGKILL reaches a
     // stopped process too), and its exit is then not a second failure.
     if (lost) {
-      if (auto host = host_.lock()) host->kill(pid, SIGKILL);
+      if (auto host = health->host(failure.rank)) host->kill(pid, SIGKILL);
     }
     // Direct calls to its actors (ActorRef) fail now too, and later ones at once. A proc with a
     // failed or stuck actor is still there, and so are its other actors: not this.
     proc_.peer_lost(health->proc(failure.rank), Error(Code::kUnavailable, failure.summary()));
   }
-  if (!first) return;
-  log().debug("supervision: {}", failure.summary());
+  std::shared_ptr<host::RemoteHost> served;
+  if (newly_gone && failure.rank < health->serves.size()) served = health->serves[failure.rank].lock();
+  if (first) {
+    log().debug("supervision: {}", failure.summary());
+    {
+      std::lock_guard lock(mu_);
+      queue_.emplace_back(health, failure);
+    }
+    wake_.notify_all();
+  }
+  if (served) host_lost(served, failure);
+}
+
+void Supervisor::host_lost(const std::shared_ptr<host::RemoteHost>& lost, const MeshFailure& why) {
+  lost->lost(Error(Code::kUnavailable, why.summary()));
+  std::vector<std::pair<std::shared_ptr<MeshHealth>, std::size_t>> there;
   {
     std::lock_guard lock(mu_);
-    queue_.emplace_back(health, std::move(failure));
+    for (auto& [key, v] : by_pid_) {
+      if (key.first != lost->id()) continue;
+      if (auto h = v.first.lock()) there.emplace_back(std::move(h), v.second);
+    }
   }
-  wake_.notify_all();
+  const std::string what = lost->name() + " is lost: its agent (rank " + std::to_string(why.rank) + " of '" +
+                           why.mesh + "') " + (why.cause == FailureCause::kExited ? "" : std::string(to_string(why.cause)) + ": ") +
+                           why.what;
+  for (auto& [h, r] : there) {
+    MeshFailure f = describe(*h, r, h->pid(r), FailureCause::kHostLost, what);
+    f.last_lines.clear();  // its host cannot say
+    fail(h, std::move(f));
+  }
 }
 
 void Supervisor::deliver() {
@@ -489,8 +527,9 @@ ProcMonitor::ProcMonitor(Proc& proc, const Config& config, const std::string& he
   auto tx = channel::dial(ctx_, *addr, health_channel_options());
   if (!tx) throw Exception(Error(tx.error()).with_context("dialling the health channel"));
   tx_ = std::move(*tx);
+  acked_.store(SteadyClock::now().time_since_epoch().count());
   thread_ = std::thread([this] { run(); });
-  if (config_.orphan_timeout.count() > 0) orphan_thread_ = std::thread([this] { watch_controller(); });
+  orphan_thread_ = std::thread([this] { watch_controller(); });
 }
 
 ProcMonitor::~ProcMonitor() {
@@ -501,19 +540,23 @@ ProcMonitor::~ProcMonitor() {
   wake_.notify_all();
   thread_.join();
   tx_->close();  // ends a flush() the orphan watch is in
-  if (orphan_thread_.joinable()) orphan_thread_.join();
+  orphan_thread_.join();
 }
 
 // The controller is there while it acknowledges the heartbeats: a flush of what was sent so far
-// that does not complete within orphan_timeout means it is frozen or cut off.
+// that does not complete within orphan_timeout means it is frozen or cut off. Each flush that
+// completes says when the controller last heard everything (acked_, in every heartbeat).
 void ProcMonitor::watch_controller() {
+  const bool orphan_rule = config_.orphan_timeout.count() > 0;
   std::unique_lock lock(mu_);
   while (!closing_) {
     lock.unlock();
     const auto started = SteadyClock::now();
-    Status s = tx_->flush(config_.orphan_timeout);
+    Status s = tx_->flush(orphan_rule ? config_.orphan_timeout : std::chrono::milliseconds(std::chrono::hours(1)));
+    if (s.ok()) acked_.store(started.time_since_epoch().count());
     lock.lock();
     if (closing_) return;
+    if (!s.ok() && !orphan_rule) continue;
     if (!s.ok()) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count();
       log().error("the controller acknowledged nothing for {} ms (Config::orphan_timeout {} ms): this proc stops itself ({})",
@@ -530,6 +573,10 @@ void ProcMonitor::send(HealthReport report) {
   report.mesh = mesh_;
   report.rank = rank_;
   report.pid = ::getpid();
+  if (report.kind == HealthReport::kHeartbeat) {
+    const auto acked = SteadyClock::time_point(SteadyClock::duration(acked_.load()));
+    report.unacked_ms = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - acked).count();
+  }
   Status s = tx_->send(wire::encode(report));
   if (!s.ok() && report.kind != HealthReport::kHeartbeat) {
     log().error("proc monitor: could not report to the controller: {}", s.error().to_string());

@@ -38,7 +38,8 @@
 #include "sceptre/wire/codec.h"
 
 namespace sceptre::host {
-class LocalHost;
+class Host;
+class RemoteHost;
 struct ExitStatus;
 }  // namespace sceptre::host
 
@@ -48,13 +49,17 @@ using SteadyClock = std::chrono::steady_clock;
 
 class MeshHealth {
  public:
+  // `hosts`: where each rank runs. `serves`, for a mesh of host agents (launch_hosts): the host
+  // each rank's agent serves; when such a rank fails, every proc on its host fails with it.
   MeshHealth(std::uint64_t id, std::string name, Extent extent, std::vector<pid_t> pids, std::vector<ProcId> procs,
-             std::string host);
+             std::vector<std::weak_ptr<host::Host>> hosts, std::vector<std::weak_ptr<host::RemoteHost>> serves = {});
 
   const std::uint64_t id;
   const std::string name;
   const Extent extent;
-  const std::string host;
+  const std::vector<std::weak_ptr<host::Host>> hosts;
+  const std::vector<std::weak_ptr<host::RemoteHost>> serves;
+  std::shared_ptr<host::Host> host(std::size_t rank) const { return rank < hosts.size() ? hosts[rank].lock() : nullptr; }
 
   std::size_t size() const { return size_; }
   // Each rank's proc and its pid: they change when the rank is respawned.
@@ -124,13 +129,17 @@ struct HealthReport {
   std::string actor, endpoint, exception_type, message;
   std::int64_t running_ms = 0;  // kStuck: how long the handler had run
   std::int64_t limit_ms = 0;    // kStuck: the proc's Config::watchdog_timeout
-  SCEPTRE_FIELDS(mesh, rank, pid, kind, actor, endpoint, exception_type, message, running_ms, limit_ms)
+  // kHeartbeat: how long the controller has acknowledged none of this proc's reports. Heartbeats
+  // that arrive while their acknowledgements do not mean a link cut one way.
+  std::int64_t unacked_ms = 0;
+  SCEPTRE_FIELDS(mesh, rank, pid, kind, actor, endpoint, exception_type, message, running_ms, limit_ms, unacked_ms)
 };
 
 class Supervisor {
  public:
   // `proc`: the controller's, told of every proc lost (Proc::peer_lost); it outlives this.
-  Supervisor(const Config& config, Proc& proc, std::shared_ptr<host::LocalHost> host);
+  // `listen`: the health channel's address; empty: per Config::transport, on this host.
+  Supervisor(const Config& config, Proc& proc, std::string listen = "");
   ~Supervisor();  // stops its threads; handlers still queued are dropped
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -146,8 +155,8 @@ class Supervisor {
   // The handler of failures no mesh handled.
   void set_handler(FailureHandler handler);
 
-  // The host agent reaped `pid` (LocalHost::Options::on_exit).
-  void on_exit(pid_t pid, const host::ExitStatus& status);
+  // The agent of `host` reaped `pid` (LocalHost::Options::on_exit, RemoteHost's notices).
+  void on_exit(const host::Host& host, pid_t pid, const host::ExitStatus& status);
   // A failed rank of `health` runs again as `pid` at `proc` (ProcMesh::respawn).
   void rejoin(const std::shared_ptr<MeshHealth>& health, std::size_t rank, pid_t pid, ProcId proc);
 
@@ -156,20 +165,22 @@ class Supervisor {
   // Marks the failure and queues it for the handlers. Any thread.
   void fail(const std::shared_ptr<MeshHealth>& health, MeshFailure failure);
   MeshFailure describe(const MeshHealth& health, std::size_t rank, pid_t pid, FailureCause cause, std::string what) const;
+  // The agent of `lost` is gone (`why`: its own failure): every proc there fails.
+  void host_lost(const std::shared_ptr<host::RemoteHost>& lost, const MeshFailure& why);
   void check_heartbeats();
   void deliver();
   [[noreturn]] void unhandled(std::vector<MeshFailure> failures);
 
   const Config config_;
   Proc& proc_;
-  std::weak_ptr<host::LocalHost> host_;
   std::atomic<std::uint64_t> next_id_{0};
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool closing_ = false;
   std::map<std::uint64_t, std::weak_ptr<MeshHealth>> meshes_;
-  std::map<pid_t, std::pair<std::weak_ptr<MeshHealth>, std::size_t>> by_pid_;
+  // By (Host::id, pid): the rank a proc is.
+  std::map<std::pair<std::uint32_t, pid_t>, std::pair<std::weak_ptr<MeshHealth>, std::size_t>> by_pid_;
   std::deque<std::pair<std::shared_ptr<MeshHealth>, MeshFailure>> queue_;
   FailureHandler handler_;
 
@@ -209,6 +220,8 @@ class ProcMonitor {
   std::function<void()> orphaned_;
   std::thread thread_;
   std::thread orphan_thread_;
+  // Steady-clock nanoseconds when the last flush that completed began: all sent before was acknowledged.
+  std::atomic<std::int64_t> acked_{0};
 };
 
 }  // namespace sceptre::detail

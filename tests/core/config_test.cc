@@ -251,7 +251,7 @@ TEST(Config, DescribeIsAMarkdownTableOfEveryField) {
             0u);
   EXPECT_TRUE(has("| `cast_fanout` | `SCEPTRE_CAST_FANOUT` | integer >= 2 | `16` | "));
   EXPECT_TRUE(has("| `spawn_timeout` | `SCEPTRE_SPAWN_TIMEOUT` | duration >= 1ms | `30s` | "));
-  EXPECT_TRUE(has("| `transport` | `SCEPTRE_TRANSPORT` | `unix` or `tcp` | `unix` | "));
+  EXPECT_TRUE(has("| `transport` | `SCEPTRE_TRANSPORT` | `unix`, `tcp` or `netns` | `unix` | "));
   EXPECT_TRUE(has("| `log_fold` | `SCEPTRE_LOG_FOLD` | bool | `true` | "));
 }
 

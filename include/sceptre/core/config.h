@@ -31,7 +31,7 @@ struct Config {
   std::size_t cast_root_fanout = 1;                  // children of the sender's own node (>= 1)
   std::chrono::milliseconds spawn_timeout{30'000};   // how long spawn_procs / spawn wait for members
   std::chrono::milliseconds stop_timeout{5'000};     // graceful stop of actors and procs before it is forced
-  std::string transport = "unix";                    // "unix" or "tcp": what procs serve
+  std::string transport = "unix";                    // "unix", "tcp" or "netns": what procs serve
   bool log_fold = true;                              // fold identical lines from many ranks
   std::chrono::milliseconds log_fold_window{100};    // how long a line waits for identical ones
   std::size_t stderr_tail_lines = 20;                // lines of a failed proc's stderr in its error

@@ -52,8 +52,14 @@ namespace sceptre {
 class ProcMesh;
 
 namespace detail {
+struct RuntimeState;
+struct SpawnPlan;
+// Starts the procs of a plan (runtime.cc).
+ProcMesh spawn_mesh(const std::shared_ptr<RuntimeState>& rt, SpawnPlan plan, bool is_agents);
+struct HostMeshState;
 struct ProcMeshState;
 struct RuntimeState;
+struct SpawnPlan;
 
 // The actors of one spawn, from the ActorRefs of each proc's members (proc-major order).
 std::shared_ptr<MeshMembers> make_members(const MeshView& procs, const std::string& name, const Extent& per_proc,
@@ -65,16 +71,54 @@ void add_actor_mesh(const std::shared_ptr<ProcMeshState>& procs, const std::shar
                     ActorSpawner spawn_one);
 }  // namespace detail
 
-// The hosts of the job. For now, the controller's own host.
+// The hosts of the job: the controller's own (Runtime::this_host(), the default), or host agents
+// started by a launcher (Runtime::launch_hosts), a mesh with extent {"hosts": K}.
 class HostMesh {
  public:
+  HostMesh() = default;  // the controller's host
+
   // Starts one proc per point of `extent` on every host of this mesh and returns once each has
-  // reported that it is up. Throws CallError naming the first member that did not come up and
-  // why: its exit status and the tail of its stderr, or that it did not report within
-  // Config::spawn_timeout. Members already started are stopped before it throws.
-  // `on_failure`, when given, is the mesh's failure handler from the moment it is supervised
-  // (see ProcMesh::on_failure; set later, a proc that fails at once may find none).
+  // reported that it is up. On K launched hosts the mesh's extent is {"hosts": K} followed by
+  // `extent` (whose dimension names must not include "hosts"), rank-major by host; LOCAL_RANK and
+  // LOCAL_WORLD_SIZE count within a host, and MASTER_ADDR is host 0's address. Throws CallError
+  // naming the first member that did not come up and why: its exit status and the tail of its
+  // stderr, or that it did not report within Config::spawn_timeout. Members already started are
+  // stopped before it throws. `on_failure`, when given, is the mesh's failure handler from the
+  // moment it is supervised (see ProcMesh::on_failure; set later, a proc that fails at once may
+  // find none).
   ProcMesh spawn_procs(const Extent& extent, std::string name = "procs", FailureHandler on_failure = {}) const;
+
+  // {"hosts": K} for launched hosts; {"hosts": 1} for the controller's.
+  Extent extent() const;
+  std::size_t size() const;
+  // Host k's address (its network namespace's), "" when it shares the controller's network.
+  std::string address(std::size_t k) const;
+  // Host k's veth as the controller's namespace sees it ("sc-N-k"): taking it down cuts the host
+  // off. "" when it has none.
+  std::string link(std::size_t k) const;
+  // The agents as a proc mesh (pids, failures). Empty for the controller's host.
+  ProcMesh agents() const;
+  // The handler of the agents' own failures (see ProcMesh::on_failure). The procs on a host whose
+  // agent failed fail too, each in its own mesh, with FailureCause::kHostLost.
+  void on_failure(FailureHandler handler) const;
+  // Stops every proc mesh spawned on these hosts, then the agents. Idempotent; the last HostMesh
+  // of a launch to go away does it too.
+  void stop() const;
+
+ private:
+  friend class Runtime;
+  explicit HostMesh(std::shared_ptr<detail::HostMeshState> state) : state_(std::move(state)) {}
+  std::shared_ptr<detail::HostMeshState> state_;
+};
+
+// How Runtime::launch_hosts starts host agents.
+struct HostLaunch {
+  std::string name = "hosts";  // the agents' proc mesh
+  // Each agent in a network namespace of its own, on a veth pair into a bridge of the controller's
+  // (see host_network.h in the sources): needs Config::transport "netns", root and iproute2.
+  // Otherwise the agents share the controller's network.
+  bool netns = false;
+  FailureHandler on_failure;  // the agents' (HostMesh::on_failure)
 };
 
 class Runtime {
@@ -97,6 +141,12 @@ class Runtime {
   // unhandled failure is reported on stderr and the controller exits with status 1.
   void on_failure(FailureHandler handler);
   HostMesh this_host() const { return HostMesh{}; }
+  // Starts `count` host agents on this machine — the process launcher — each the controller's
+  // binary in the host role, and returns once all have reported that they are up (throws
+  // CallError like spawn_procs). Each agent starts, reaps and prints the procs of its host and is
+  // supervised as a proc is: an agent that ends, freezes or is cut off fails its own rank and
+  // every proc on its host.
+  HostMesh launch_hosts(std::size_t count, HostLaunch how = {});
 
   std::shared_ptr<detail::RuntimeState> state() const { return state_; }
 
@@ -194,6 +244,8 @@ class ProcMesh {
 
  private:
   friend class HostMesh;
+  friend class Runtime;
+  friend ProcMesh detail::spawn_mesh(const std::shared_ptr<detail::RuntimeState>&, detail::SpawnPlan, bool);
   ProcMesh(std::shared_ptr<detail::ProcMeshState> state, detail::MeshView view)
       : state_(std::move(state)), view_(std::move(view)) {}
 

@@ -46,6 +46,7 @@ enum class FailureCause : std::uint8_t {
   kActorFailed = 2,    // an actor of the proc failed: an exception nobody was waiting for
   kHeartbeatLost = 3,  // no heartbeat for Config::heartbeat_timeout: frozen, or cut off
   kStuck = 4,          // one handler ran longer than Config::watchdog_timeout
+  kHostLost = 5,       // the agent of its host is gone (ended, frozen, cut off): the proc is out of reach
 };
 std::string_view to_string(FailureCause cause);
 
