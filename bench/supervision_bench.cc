@@ -7,7 +7,8 @@
 //
 //   supervision_bench [--trials N] [--seed S] [--kinds kill,segv,...] [--peer-trials N]
 //                     [--no-peer] [--soak SECONDS]
-// --soak runs only the soak: a mesh of 4 procs busy with calls while stress-ng loads both CPUs,
+// --soak runs only the soak: a mesh of 4 procs (on 2 hosts in network namespaces where the
+// transport is netns) busy with calls while stress-ng loads both CPUs,
 // counting failures (any is a false positive).
 #include <fcntl.h>
 #include <signal.h>
@@ -106,7 +107,14 @@ int soak(int seconds) {
     ++*failures;
     return Supervise::kHandled;
   });
-  auto procs = this_host().spawn_procs({{"procs", 4}}, "soak");
+  // With hosts in namespaces: 2 hosts of 2 procs, so the agents' heartbeats are soaked too.
+  HostMesh hosts;
+  if (Runtime::current().config().transport == "netns") {
+    HostLaunch how;
+    how.netns = true;
+    hosts = Runtime::current().launch_hosts(2, how);
+  }
+  auto procs = hosts.spawn_procs(hosts.size() > 1 ? Extent({{"procs", 2}}) : Extent({{"procs", 4}}), "soak");
   auto members = procs.spawn<Victim>("victim");
   pid_t stress = 0;
   {
@@ -134,9 +142,9 @@ int soak(int seconds) {
   }
   ::kill(stress, SIGTERM);
   ::waitpid(stress, nullptr, 0);
-  std::printf("soak: %d s under stress-ng --cpu 2, 4 procs, %zu call+sum (%zu over 100 ms, worst %.1f ms), "
+  std::printf("soak: %d s under stress-ng --cpu 2, 4 procs on %zu host(s), %zu call+sum (%zu over 100 ms, worst %.1f ms), "
               "heartbeat %lld ms / timeout %lld ms: false positives %d\n",
-              seconds, calls, slow, worst_ms, static_cast<long long>(Runtime::current().config().heartbeat_interval.count()),
+              seconds, hosts.size(), calls, slow, worst_ms, static_cast<long long>(Runtime::current().config().heartbeat_interval.count()),
               static_cast<long long>(Runtime::current().config().heartbeat_timeout.count()), failures->load());
   return failures->load() == 0 ? 0 : 1;
 }
@@ -152,12 +160,13 @@ int main(int argc, char** argv) {
   Config config = *loaded;
   config.watchdog_timeout = 200ms;
   config.log_level = "error";
+  prefer_netns(config);  // the host kinds need hosts in network namespaces
   Runtime runtime(argc, argv, config);
 
   CLI::App app("supervision_bench: fault detection latency (issue 5)");
   int trials = 100, peer_trials = 10, soak_seconds = 0;
   std::uint64_t seed = 5;
-  std::string kinds = "kill,segv,exit,sigstop,freeze,stuck";
+  std::string kinds = "kill,segv,exit,sigstop,freeze,stuck,host-stop,link-down,drop";
   bool no_peer = false;
   app.add_option("--trials", trials, "trials per kind");
   app.add_option("--seed", seed, "the schedule's seed");
@@ -179,14 +188,15 @@ int main(int argc, char** argv) {
     results.push_back(std::move(r));
     std::fprintf(stderr, "%s done\n", kind.c_str());
   }
-  std::printf("sceptre: heartbeat %lld ms, timeout %lld ms, watchdog %lld ms; %d trials per kind, seed %llu\n",
+  std::printf("sceptre: transport %s, heartbeat %lld ms, timeout %lld ms, watchdog %lld ms; %d trials per kind, seed %llu\n",
+              config.transport.c_str(),
               static_cast<long long>(config.heartbeat_interval.count()),
               static_cast<long long>(config.heartbeat_timeout.count()), static_cast<long long>(config.watchdog_timeout.count()), trials,
               static_cast<unsigned long long>(seed));
-  std::printf("%-8s %8s %10s %10s %10s %7s %7s %7s\n", "kind", "trials", "p50 ms", "p99 ms", "max ms", "missed", "false+",
+  std::printf("%-9s %8s %10s %10s %10s %7s %7s %7s\n", "kind", "trials", "p50 ms", "p99 ms", "max ms", "missed", "false+",
               "leaked");
   for (const auto& r : results) {
-    std::printf("%-8s %8d %10.2f %10.2f %10.2f %7d %7d %7d\n", r.kind.c_str(), r.trials, pct(r.ms, 0.5), pct(r.ms, 0.99),
+    std::printf("%-9s %8d %10.2f %10.2f %10.2f %7d %7d %7d\n", r.kind.c_str(), r.trials, pct(r.ms, 0.5), pct(r.ms, 0.99),
                 r.ms.empty() ? 0.0 : *std::max_element(r.ms.begin(), r.ms.end()), r.missed, r.false_positives, r.leaked);
   }
   std::fflush(stdout);

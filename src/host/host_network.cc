@@ -130,6 +130,9 @@ Status HostNetwork::attach(pid_t pid, std::size_t k, std::chrono::milliseconds t
   }
   const std::string veth = link(k), p = std::to_string(pid);
   (void)run_command({"ip", "link", "del", veth});  // a host k before this one; usually absent
+  // The address may have been an earlier host k's: what this side remembers of its link-layer
+  // address must go, or packets to the new host go to the old one's until the entry times out.
+  (void)run_command({"ip", "neigh", "flush", "to", host_address(k), "dev", bridge()});
   for (const auto& cmd : std::vector<std::vector<std::string>>{
            {"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", p},
            {"ip", "link", "set", veth, "master", bridge(), "up"},

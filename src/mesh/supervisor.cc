@@ -100,7 +100,8 @@ MeshHealth::MeshHealth(std::uint64_t id_, std::string name_, Extent extent_, std
       procs_(std::move(proc_list)),
       failures_(size_),
       gone_(size_, 0),
-      last_heard_(new std::atomic<std::int64_t>[size_]) {
+      last_heard_(new std::atomic<std::int64_t>[size_]),
+      last_arrived_(new std::atomic<std::int64_t>[size_]) {
   for (std::size_t r = 0; r < size_; ++r) heard_from(r);
 }
 
@@ -123,6 +124,7 @@ void MeshHealth::rejoin(std::size_t rank, pid_t pid, ProcId proc) {
   any_failed_.store(std::any_of(failures_.begin(), failures_.end(), [](const auto& f) { return f.has_value(); }),
                     std::memory_order_release);
   last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  last_arrived_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 std::optional<MeshFailure> MeshHealth::failure(std::size_t rank) const {
@@ -205,14 +207,23 @@ FailureHandler MeshHealth::handler() const {
   return handler_;
 }
 
-void MeshHealth::heard_from(std::size_t rank) {
-  if (rank < size_) {
-    last_heard_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+void MeshHealth::heard_from(std::size_t rank) { heard_from(rank, SteadyClock::now()); }
+
+void MeshHealth::heard_from(std::size_t rank, SteadyClock::time_point at) {
+  if (rank >= size_) return;
+  last_arrived_[rank].store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  const std::int64_t t = at.time_since_epoch().count();
+  std::int64_t seen = last_heard_[rank].load(std::memory_order_relaxed);
+  while (seen < t && !last_heard_[rank].compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
   }
 }
 
 SteadyClock::time_point MeshHealth::last_heard(std::size_t rank) const {
   return SteadyClock::time_point(SteadyClock::duration(last_heard_[rank].load(std::memory_order_relaxed)));
+}
+
+SteadyClock::time_point MeshHealth::last_arrived(std::size_t rank) const {
+  return SteadyClock::time_point(SteadyClock::duration(last_arrived_[rank].load(std::memory_order_relaxed)));
 }
 
 // --- Supervisor ----------------------------------------------------------------------------------
@@ -361,15 +372,10 @@ void Supervisor::on_report(wire::Message&& msg) {
   const auto pid = static_cast<pid_t>(report->pid);
   if (pid != health->pid(rank)) return;  // from a proc the rank no longer runs
   if (report->kind == HealthReport::kHeartbeat) {
-    if (report->unacked_ms <= config_.heartbeat_timeout.count()) {
-      health->heard_from(rank);
-      return;
-    }
-    // It hears nothing from here, though this hears it: the link is cut one way.
-    fail(health, describe(*health, rank, pid, FailureCause::kHeartbeatLost,
-                          "its reports are not acknowledged for " + std::to_string(report->unacked_ms) +
-                              " ms (Config::heartbeat_timeout " + std::to_string(config_.heartbeat_timeout.count()) +
-                              " ms): the link to it is cut one way; killed"));
+    // The proc knows when this side last acknowledged it: beyond a heartbeat interval's lag, the
+    // link is known to work both ways only as of then (a link cut one way still brings heartbeats).
+    const auto lag = std::chrono::milliseconds(report->unacked_ms) - config_.heartbeat_interval / 2;
+    health->heard_from(rank, SteadyClock::now() - std::max(lag, std::chrono::milliseconds(0)));
     return;
   }
   if (health->stopping.load()) return;
@@ -409,9 +415,12 @@ void Supervisor::check_heartbeats() {
       const auto silent = now - h->last_heard(r);
       if (silent <= config_.heartbeat_timeout || h->gone(r)) continue;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+      const std::string limit = " ms (Config::heartbeat_timeout " + std::to_string(config_.heartbeat_timeout.count()) + " ms)";
+      const bool one_way = now - h->last_arrived(r) < config_.heartbeat_timeout / 2;
       fail(h, describe(*h, r, h->pid(r), FailureCause::kHeartbeatLost,
-                       "no heartbeat for " + std::to_string(ms) + " ms (Config::heartbeat_timeout " +
-                           std::to_string(config_.heartbeat_timeout.count()) + " ms): frozen or cut off; killed"));
+                       one_way ? "its heartbeats arrive, but nothing from here has reached it for " + std::to_string(ms) +
+                                     limit + ": the link is cut one way; killed"
+                               : "no heartbeat for " + std::to_string(ms) + limit + ": frozen or cut off; killed"));
     }
   }
 }
@@ -565,7 +574,8 @@ void ProcMonitor::watch_controller() {
       if (orphaned_) orphaned_();
       return;
     }
-    wake_.wait_for(lock, config_.heartbeat_interval, [&] { return closing_; });
+    // Often: what a heartbeat says of the acknowledgements is this fresh (see Supervisor::on_report).
+    wake_.wait_for(lock, config_.heartbeat_interval / 4, [&] { return closing_; });
   }
 }
 

@@ -94,8 +94,12 @@ class MeshHealth {
   FailureHandler handler() const;
 
   // Heartbeats, by rank: steady-clock nanoseconds of the last one.
+  // Heartbeats, by rank. `heard_from(rank, at)`: a heartbeat arrived now, showing the link both
+  // ways as of `at` (never earlier than what was known: the later of the two counts).
   void heard_from(std::size_t rank);
-  SteadyClock::time_point last_heard(std::size_t rank) const;
+  void heard_from(std::size_t rank, SteadyClock::time_point at);
+  SteadyClock::time_point last_heard(std::size_t rank) const;    // the link both ways, as of
+  SteadyClock::time_point last_arrived(std::size_t rank) const;  // any heartbeat
 
   // How a failed rank fails the calls that wait on it.
   static Failure as_failure(const MeshFailure& f);
@@ -117,6 +121,7 @@ class MeshHealth {
   std::size_t purge_at_ = 64;
   FailureHandler handler_;
   std::unique_ptr<std::atomic<std::int64_t>[]> last_heard_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> last_arrived_;
 };
 
 // What a proc tells the controller on its health channel.

@@ -9,6 +9,12 @@
 //   sigstop  SIGSTOP of the proc                    freeze  its cgroup (v1 freezer) frozen
 //   stuck    a handler that runs past Config::watchdog_timeout (timed from the limit, which the
 //            controller's Config must set to Config::watchdog_timeout)
+// and, on two launched hosts (Runtime::launch_hosts) with one proc each, of the victim host:
+//   host-stop SIGSTOP of its agent        link-down  its veth taken down (ip link set ... down)
+//   drop      the controller's packets to it dropped, one way (an nftables output rule)
+// timed to the first failure of that host (its agent's, or a proc's on it). The link-down and
+// drop kinds need hosts in network namespaces (Config::transport "netns", root); host-stop uses
+// them when there, else plain agents.
 // A false positive is any failure but the expected one of the victim; a leak is a pid of the
 // trial still alive 10 s after its mesh was stopped.
 #pragma once
@@ -29,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/host_network.h"
 #include "sceptre/sceptre.h"
 
 namespace sceptre::chaos {
@@ -36,7 +43,9 @@ namespace sceptre::chaos {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-inline const std::vector<std::string> kKinds = {"kill", "segv", "exit", "sigstop", "freeze", "stuck"};
+inline const std::vector<std::string> kKinds = {"kill",   "segv",      "exit", "sigstop", "freeze",
+                                                 "stuck",  "host-stop", "link-down", "drop"};
+inline bool host_kind(const std::string& kind) { return kind == "host-stop" || kind == "link-down" || kind == "drop"; }
 
 class Victim : public Actor {
  public:
@@ -48,6 +57,16 @@ class Victim : public Actor {
   }
 };
 SCEPTRE_ACTOR(Victim, pid, exit_now, stuck_ms);
+
+// Hosts in network namespaces where this process can make them (root, iproute2): the controller's
+// Config::transport becomes "netns" unless SCEPTRE_TRANSPORT says otherwise. For main, before the
+// Runtime.
+inline void prefer_netns(Config& config) {
+  if (!std::getenv("SCEPTRE_ROLE") && !std::getenv("SCEPTRE_TRANSPORT") && ::geteuid() == 0 &&
+      host::run_command({"ip", "-V"}).ok()) {
+    config.transport = "netns";
+  }
+}
 
 // The watchdog limit of the stuck trials: the controller's Config::watchdog_timeout (Runtime::current()).
 inline std::chrono::milliseconds watchdog_limit() { return Runtime::current().config().watchdog_timeout; }
@@ -121,7 +140,86 @@ inline FailureCause expected_cause(const std::string& kind) {
   return FailureCause::kHeartbeatLost;
 }
 
+inline void run_host_trial(const std::string& kind, int trial, std::mt19937_64& rng, KindResult& out) {
+  const bool netns = Runtime::current().config().transport == "netns";
+  if (!netns && kind != "host-stop") {
+    out.unavailable = "needs hosts in network namespaces: Config::transport netns (root, iproute2, nftables)";
+    return;
+  }
+  auto seen = std::make_shared<Seen>();
+  auto record = [seen](const MeshFailure& f) {
+    std::lock_guard lock(seen->mu);
+    seen->failures.push_back(f);
+    seen->cv.notify_all();
+    return Supervise::kHandled;
+  };
+  std::vector<pid_t> pids;
+  const std::size_t victim = rng() % 2;
+  const auto delay = std::chrono::microseconds(rng() % 20'000);
+  const std::string table = "sceptre_chaos_" + std::to_string(::getpid());
+  {
+    HostLaunch how;
+    how.name = "hosts";
+    how.netns = netns;
+    how.on_failure = record;
+    auto hosts = Runtime::current().launch_hosts(2, how);
+    auto procs = hosts.spawn_procs({{"procs", 1}}, "trial", record);
+    auto members = procs.spawn<Victim>("victim");
+    (void)members.call<&Victim::pid>().get(30s);
+    for (std::size_t r = 0; r < procs.size(); ++r) pids.push_back(procs.pid(r));
+    for (std::size_t k = 0; k < 2; ++k) pids.push_back(hosts.agents().pid(k));
+    std::this_thread::sleep_for(delay);
+    const Clock::time_point t0 = Clock::now();
+    Status injected;
+    if (kind == "host-stop") ::kill(hosts.agents().pid(victim), SIGSTOP);
+    if (kind == "link-down") injected = host::run_command({"ip", "link", "set", hosts.link(victim), "down"});
+    if (kind == "drop") {
+      for (const auto& cmd : std::vector<std::vector<std::string>>{
+               {"nft", "add", "table", "ip", table},
+               {"nft", "add", "chain", "ip", table, "out", "{ type filter hook output priority 0 ; }"},
+               {"nft", "add", "rule", "ip", table, "out", "ip", "daddr", hosts.address(victim), "drop"}}) {
+        if (injected.ok()) injected = host::run_command(cmd);
+      }
+    }
+    if (!injected.ok()) {
+      out.unavailable = injected.error().to_string();
+      (void)host::run_command({"nft", "delete", "table", "ip", table});
+      return;
+    }
+    {
+      // The victim host is rank `victim` of the agents and of the procs (one proc per host).
+      std::unique_lock lock(seen->mu);
+      seen->cv.wait_for(lock, 20s, [&] { return !seen->failures.empty(); });
+      // Its consequences (the other of agent and proc) come within the same check.
+      seen->cv.wait_for(lock, 200ms, [&] { return seen->failures.size() >= 2; });
+      bool hit = false;
+      for (const auto& f : seen->failures) {
+        const bool expected = f.rank == victim && (f.cause == FailureCause::kHeartbeatLost ||
+                                                   f.cause == FailureCause::kHostLost);
+        if (expected) {
+          if (!hit) out.ms.push_back(std::chrono::duration<double, std::milli>(f.when - t0).count());
+          hit = true;
+        } else {
+          ++out.false_positives;
+          std::fprintf(stderr, "%s trial %d (victim: host %zu): unexpected failure: %s\n", kind.c_str(), trial, victim,
+                       f.summary().c_str());
+        }
+      }
+      if (!hit) ++out.missed;
+    }
+    if (kind == "drop") (void)host::run_command({"nft", "delete", "table", "ip", table});
+    hosts.stop();
+  }
+  ++out.trials;
+  auto deadline = Clock::now() + 10s;
+  for (pid_t p : pids) {
+    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    if (alive(p)) ++out.leaked;
+  }
+}
+
 inline void run_trial(const std::string& kind, int trial, std::mt19937_64& rng, KindResult& out) {
+  if (host_kind(kind)) return run_host_trial(kind, trial, rng, out);
   auto seen = std::make_shared<Seen>();
   std::vector<pid_t> pids;
   const std::size_t victim = rng() % 2;
