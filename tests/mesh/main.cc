@@ -5,6 +5,8 @@
 // fate they control (killed, crashing) or whose terminal output they read:
 //   --orphan-controller sleep|throw|return   spawns 3 procs, prints "PIDS a b c", then sleeps
 //                                            (to be killed), throws out of main, or returns
+//   --orphan-controller hosts                launches 1 host agent, spawns 2 procs on it, prints
+//                                            "PIDS agent a b", then sleeps
 //   --log-controller                         spawns 4 procs that print, then returns (first it
 //                                            prints "SERVING <proc 0's address> <controller's>")
 //   --unhandled-controller                   spawns 4 procs, prints "PIDS a b c d", crashes rank
@@ -41,6 +43,14 @@ void maybe_fail_at_start() {
 
 int orphan_controller(int argc, char** argv, const std::string& how) {
   sceptre::Runtime runtime(argc, argv);
+  if (how == "hosts") {
+    auto hosts = runtime.launch_hosts(1);
+    auto procs = hosts.spawn_procs({{"gpus", 2}}, "orphans");
+    (void)procs.spawn<Probe>("probe").call<&Probe::whoami>().get(60s);
+    std::printf("PIDS %d %d %d\n", hosts.agents().pid(0), procs.pid(0), procs.pid(1));
+    std::fflush(stdout);
+    for (;;) ::pause();
+  }
   auto procs = sceptre::this_host().spawn_procs({{"gpus", 3}}, "orphans");
   auto probes = procs.spawn<Probe>("probe");
   auto who = probes.call<&Probe::whoami>().get(60s);

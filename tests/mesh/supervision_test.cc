@@ -319,6 +319,26 @@ TEST(Supervision, TheProcsOfAFrozenControllerStopThemselvesAfterTheOrphanTimeout
   std::fclose(c.out);
 }
 
+// A host agent is a proc of the controller's: it and its procs stop when the controller is frozen
+// (the orphan rule: their health channels acknowledge nothing) and when it is killed (lifelines:
+// the agent's to the controller, its procs' to the agent).
+TEST(Supervision, HostAgentsAndTheirProcsStopThemselvesWhenTheirControllerIsFrozenOrKilled) {
+  for (const bool freeze : {true, false}) {
+    SCOPED_TRACE(freeze ? "frozen" : "killed");
+    Child c = run_self({"--orphan-controller", "hosts"}, {"SCEPTRE_ORPHAN_TIMEOUT=1500ms", "SCEPTRE_TRANSPORT=unix"});
+    std::vector<pid_t> pids = read_pids(c.out);
+    ASSERT_EQ(pids.size(), 3u);
+    const auto at = std::chrono::steady_clock::now();
+    ASSERT_EQ(::kill(c.pid, freeze ? SIGSTOP : SIGKILL), 0);
+    EXPECT_TRUE(gone_within(pids, 60s));
+    if (freeze) EXPECT_GE(std::chrono::steady_clock::now() - at, 1s);  // not before their timeout
+    ::kill(c.pid, SIGKILL);
+    ::kill(c.pid, SIGCONT);
+    wait_child(c.pid);
+    std::fclose(c.out);
+  }
+}
+
 TEST(Supervision, AFailureNobodyHandlesEndsTheControllerWithAReportRootCauseFirst) {
   Child c = run_self({"--unhandled-controller"}, {}, /*merge_stderr=*/true);
   std::vector<pid_t> pids = read_pids(c.out);
