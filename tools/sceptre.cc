@@ -1,8 +1,15 @@
-// The `sceptre` command. For now: version information and a connectivity check of a channel
-// address (later issues add `run`, `host` and `status`).
+// The `sceptre` command: version information, a connectivity check of a channel address, and
+// `host`, the entry point of a host agent (later issues add `run` and `status`).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "sceptre/channel/rx.h"
 #include "sceptre/channel/tx.h"
@@ -17,11 +24,36 @@ int main(int argc, char** argv) {
   int timeout_ms = 5000;
   ping->add_option("address", address, "e.g. tcp:host:port or unix:/path")->required();
   ping->add_option("--timeout-ms", timeout_ms, "how long to wait");
+  auto* host = app.add_subcommand(
+      "host", "run PROGRAM (a sceptre binary) as the host agent its launcher described in the environment");
+  std::vector<std::string> program;
+  host->add_option("program", program, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 
   if (*version) {
     std::cout << "sceptre " << SCEPTRE_VERSION << "\n";
     return 0;
+  }
+  if (*host) {
+    // What a launcher (sceptre::Runtime::launch_hosts) gives an agent; without it the program
+    // would run as a controller of its own.
+    std::string missing;
+    for (const char* name : {"SCEPTRE_BOOT", "SCEPTRE_HEALTH", "SCEPTRE_HOST_EVENTS", "SCEPTRE_HOST_ID", "SCEPTRE_SECRET",
+                             "SCEPTRE_CONFIG"}) {
+      const char* v = std::getenv(name);
+      if (!v || !*v) missing += std::string(missing.empty() ? "" : ", ") + name;
+    }
+    if (!missing.empty()) {
+      std::cerr << "sceptre host: not started by a sceptre launcher: " << missing << " not set\n";
+      return 2;
+    }
+    ::setenv("SCEPTRE_ROLE", "host", 1);
+    std::vector<char*> args;
+    for (auto& a : program) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());  // the same pid: the launcher's supervision and lifeline hold
+    std::cerr << "sceptre host: cannot run " << program[0] << ": " << std::strerror(errno) << "\n";
+    return 2;
   }
   auto addr = sceptre::channel::ChannelAddr::parse(address);
   if (!addr) {

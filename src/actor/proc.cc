@@ -465,6 +465,10 @@ bool Proc::stop(const ActorId& actor, std::chrono::milliseconds timeout) {
 }
 
 void Proc::peer_lost(const ProcId& peer, const Error& why) { impl_->peer_lost(peer, why); }
+void Proc::peer_back(const ProcId& peer) {
+  std::lock_guard lock(impl_->tx_mu_);
+  impl_->lost_.erase(peer.addr);
+}
 
 std::vector<BusyHandler> Proc::busy_handlers(std::chrono::nanoseconds longer_than) const {
   std::vector<std::shared_ptr<detail::ActorCell>> cells;

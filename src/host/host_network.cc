@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 extern char** environ;
@@ -90,8 +92,12 @@ Result<std::unique_ptr<HostNetwork>> HostNetwork::make() {
     std::unique_ptr<HostNetwork> net(new HostNetwork(n, fd));
     const std::string br = net->bridge();
     (void)run_command({"ip", "link", "del", br});  // left by a job that was killed; usually absent
+    // A link-layer address of its own: by default a bridge takes the lowest of its ports', so
+    // adding a host's veth could change it under the hosts that resolved it already.
+    char mac[32];
+    std::snprintf(mac, sizeof mac, "02:53:43:00:00:%02x", n);
     for (const auto& cmd : std::vector<std::vector<std::string>>{
-             {"ip", "link", "add", br, "type", "bridge"},
+             {"ip", "link", "add", br, "address", mac, "type", "bridge"},
              {"ip", "addr", "add", net->controller_address() + "/24", "dev", br},
              {"ip", "link", "set", br, "up"}}) {
       if (Status s = run_command(cmd); !s.ok()) return Error(s.error()).with_context("making the hosts' bridge");
@@ -133,17 +139,34 @@ Status HostNetwork::attach(pid_t pid, std::size_t k, std::chrono::milliseconds t
   // The address may have been an earlier host k's: what this side remembers of its link-layer
   // address must go, or packets to the new host go to the old one's until the entry times out.
   (void)run_command({"ip", "neigh", "flush", "to", host_address(k), "dev", bridge()});
-  for (const auto& cmd : std::vector<std::vector<std::string>>{
-           {"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", p},
-           {"ip", "link", "set", veth, "master", bridge(), "up"},
-           {"nsenter", "-t", p, "-n", "ip", "addr", "add", host_address(k) + "/24", "dev", "eth0"},
-           {"nsenter", "-t", p, "-n", "ip", "link", "set", "eth0", "up"},
-           {"nsenter", "-t", p, "-n", "ip", "link", "set", "lo", "up"}}) {
+  auto run = [&](const std::vector<std::string>& cmd) -> Status {
     if (Status s = run_command(cmd); !s.ok()) {
       return Error(s.error()).with_context("wiring host " + std::to_string(k) + " (pid " + p + ")");
     }
+    return {};
+  };
+  for (const auto& cmd : std::vector<std::vector<std::string>>{
+           {"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", p},
+           {"ip", "link", "set", veth, "master", bridge(), "up"},
+           {"nsenter", "-t", p, "-n", "ip", "link", "set", "lo", "up"},
+           {"nsenter", "-t", p, "-n", "ip", "link", "set", "eth0", "up"}}) {
+    if (Status s = run(cmd); !s.ok()) return s;
   }
-  return {};
+  // The address last: the agent starts once it can bind it, and what it sends first must not be
+  // lost on a link that is not forwarding yet (a lost SYN costs TCP a second).
+  for (;;) {
+    std::ifstream oper("/sys/class/net/" + veth + "/operstate"), port("/sys/class/net/" + veth + "/brport/state");
+    std::string up, state;
+    oper >> up;
+    port >> state;
+    if (up == "up" && state == "3") break;  // BR_STATE_FORWARDING
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Error(Code::kDeadlineExceeded, "host " + std::to_string(k) + "'s link " + veth + " did not come up (" + up +
+                                                ", bridge port state " + state + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return run({"nsenter", "-t", p, "-n", "ip", "addr", "add", host_address(k) + "/24", "dev", "eth0"});
 }
 
 }  // namespace sceptre::host

@@ -708,6 +708,7 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
                    b.rank, b.pid);
         continue;
       }
+      rt.proc->peer_back(b.node.proc);  // its address may be one a lost proc had
       reports[b.rank] = std::move(b);
       continue;
     } catch (const TimeoutError&) {
@@ -929,9 +930,11 @@ HostMesh Runtime::launch_hosts(std::size_t count, HostLaunch how) {
     if (!addr.empty()) env.push_back("SCEPTRE_HOST_ADDR=" + addr);
     plan.env.push_back(std::move(env));
   }
+  plan.wrap = how.agent_command;
   if (how.netns) {
     plan.master_addr = rt->net->host_address(0);
-    plan.wrap = host::HostNetwork::wrap();
+    auto wrap = host::HostNetwork::wrap();
+    plan.wrap.insert(plan.wrap.begin(), wrap.begin(), wrap.end());
     plan.on_started = [net = rt->net.get(), timeout = rt->config.spawn_timeout](std::size_t k, pid_t pid) {
       return net->attach(pid, k, timeout);
     };

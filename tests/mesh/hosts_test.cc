@@ -48,6 +48,12 @@ struct Seen {
   }
 };
 
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  return all;
+}
+
 bool netns() { return Runtime::current().config().transport == "netns"; }
 
 TEST(Hosts, ProcsRunOnTheirHostsAgentsWithHostLocalRanks) {
@@ -130,6 +136,36 @@ TEST(Hosts, AHostWhoseAgentDiesTakesItsProcsWithIt) {
   EXPECT_TRUE(gone_within({victims[0], victims[1]}, 30s));
   EXPECT_EQ(probes.slice("hosts", 1).call<&Probe::whoami>().get(60s).size(), 2u);
   hosts.stop();
+}
+
+// `sceptre host` is an agent's entry point: the launcher runs the binary through it.
+TEST(Hosts, AnAgentCanBeStartedThroughTheSceptreHostCommand) {
+  HostLaunch how;
+  how.agent_command = {SCEPTRE_TOOL, "host", "--"};
+  auto hosts = Runtime::current().launch_hosts(1, how);
+  auto procs = hosts.spawn_procs({{"gpus", 2}}, "via_tool");
+  EXPECT_EQ(procs.spawn<Probe>("probe").sum<&Probe::rank_times>(std::int64_t{1}).get(60s), 1);
+  hosts.stop();
+}
+
+TEST(Hosts, AnAgentCommandThatCannotRunFailsTheLaunchNamingIt) {
+  HostLaunch how;
+  how.agent_command = {"/nonexistent/sceptre", "host", "--"};
+  try {
+    (void)Runtime::current().launch_hosts(1, how);
+    FAIL() << "launched";
+  } catch (const CallError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/sceptre"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Hosts, TheSceptreHostCommandRefusesToRunWithoutALauncher) {
+  Child c = run_program({SCEPTRE_TOOL, "host", "--", "/bin/true"}, {}, /*merge_stderr=*/true);
+  auto lines = read_all_lines(c.out);
+  std::fclose(c.out);
+  const int status = wait_child(c.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  EXPECT_NE(joined(lines).find("not started by a sceptre launcher: SCEPTRE_BOOT"), std::string::npos) << joined(lines);
 }
 
 // A fault of host 1 of two: the host (its agent, and its procs) must fail, host 0 must not.

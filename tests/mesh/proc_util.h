@@ -47,8 +47,14 @@ struct Child {
   pid_t pid = 0;
   FILE* out = nullptr;
 };
+// Runs `argv` (argv[0] a path) likewise.
+inline Child run_program(std::vector<std::string> args, std::vector<std::string> env = {}, bool merge_stderr = false);
 // With `merge_stderr`, its stderr comes through the same pipe.
 inline Child run_self(std::vector<std::string> args, std::vector<std::string> env = {}, bool merge_stderr = false) {
+  args.insert(args.begin(), "/proc/self/exe");
+  return run_program(std::move(args), std::move(env), merge_stderr);
+}
+inline Child run_program(std::vector<std::string> args, std::vector<std::string> env, bool merge_stderr) {
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   posix_spawn_file_actions_t fa;
@@ -62,12 +68,10 @@ inline Child run_self(std::vector<std::string> args, std::vector<std::string> en
   std::vector<char*> envp, argv;
   for (auto& s : all_env) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  argv.push_back(exe.data());
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
-  EXPECT_EQ(::posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), envp.data()), 0);
+  EXPECT_EQ(::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
   return Child{pid, ::fdopen(fds[0], "r")};

@@ -121,6 +121,9 @@ class Proc {
   // now with SupervisionError carrying `why`, and every later message to it fails at once the
   // same way instead of waiting for a channel to give up.
   void peer_lost(const ProcId& peer, const Error& why);
+  // A new proc serves at the address of one that was lost (TCP ports are reused): messages to it
+  // go through again.
+  void peer_back(const ProcId& peer);
 
   // The handlers of this proc's actors that have been running for longer than `longer_than`
   // (only a handler's synchronous run counts, not a coroutine's wait). Any thread.

@@ -118,6 +118,10 @@ struct HostLaunch {
   // (see host_network.h in the sources): needs Config::transport "netns", root and iproute2.
   // Otherwise the agents share the controller's network.
   bool netns = false;
+  // Each agent run through this command, e.g. {"/usr/local/bin/sceptre", "host", "--"}, which must
+  // exec the program it is given in the host role (as `sceptre host` does). Empty: the binary is
+  // started in the host role directly.
+  std::vector<std::string> agent_command;
   FailureHandler on_failure;  // the agents' (HostMesh::on_failure)
 };
 
