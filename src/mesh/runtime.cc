@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -89,18 +91,24 @@ ProcOptions proc_options(const Config& config, std::string listen_host = "") {
   return o;
 }
 
-// An address of this process's network namespace that can be bound: one its launcher is still
-// wiring is not, for a moment.
+// Waits until an interface of this process's network namespace has the address `host` (its
+// launcher may still be wiring it). Bindability is no test: a fresh namespace lets a socket bind
+// an address it does not have yet.
 bool wait_for_address(const std::string& host, std::chrono::milliseconds timeout) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) return false;
+  in_addr want{};
+  if (::inet_pton(AF_INET, host.c_str(), &want) != 1) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (fd >= 0) ::close(fd);
-    if (ok) return true;
+    ifaddrs* all = nullptr;
+    bool found = false;
+    if (::getifaddrs(&all) == 0) {
+      for (ifaddrs* a = all; a && !found; a = a->ifa_next) {
+        found = a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) &&
+                reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == want.s_addr;
+      }
+      ::freeifaddrs(all);
+    }
+    if (found) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     ::usleep(2000);
   }
