@@ -112,9 +112,4 @@ void RemoteHost::lost(const Error& why) {
   if (!lost_) lost_ = why;
 }
 
-bool RemoteHost::is_lost() const {
-  std::lock_guard lock(mu_);
-  return lost_.has_value();
-}
-
 }  // namespace sceptre::host

@@ -84,7 +84,6 @@ class RemoteHost : public Host {
   void notice(const ExitNotice& notice);
   // The agent is gone (exited, lost, cut off): what needs it fails at once from now on.
   void lost(const Error& why);
-  bool is_lost() const;
 
  private:
   struct Ended {

@@ -131,7 +131,26 @@ struct Seen {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<MeshFailure> failures;
+
+  // A failure handler that records into `seen` and handles the failure.
+  static FailureHandler handler(std::shared_ptr<Seen> seen) {
+    return [seen = std::move(seen)](const MeshFailure& f) {
+      std::lock_guard lock(seen->mu);
+      seen->failures.push_back(f);
+      seen->cv.notify_all();
+      return Supervise::kHandled;
+    };
+  }
 };
+
+// Counts the trial's processes still alive 10 s after its mesh stopped.
+inline void count_leaks(const std::vector<pid_t>& pids, KindResult& out) {
+  auto deadline = Clock::now() + 10s;
+  for (pid_t p : pids) {
+    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    if (alive(p)) ++out.leaked;
+  }
+}
 
 inline FailureCause expected_cause(const std::string& kind) {
   if (kind == "kill" || kind == "segv") return FailureCause::kKilled;
@@ -147,12 +166,7 @@ inline void run_host_trial(const std::string& kind, int trial, std::mt19937_64& 
     return;
   }
   auto seen = std::make_shared<Seen>();
-  auto record = [seen](const MeshFailure& f) {
-    std::lock_guard lock(seen->mu);
-    seen->failures.push_back(f);
-    seen->cv.notify_all();
-    return Supervise::kHandled;
-  };
+  FailureHandler record = Seen::handler(seen);
   std::vector<pid_t> pids;
   const std::size_t victim = rng() % 2;
   const auto delay = std::chrono::microseconds(rng() % 20'000);
@@ -211,11 +225,7 @@ inline void run_host_trial(const std::string& kind, int trial, std::mt19937_64& 
     hosts.stop();
   }
   ++out.trials;
-  auto deadline = Clock::now() + 10s;
-  for (pid_t p : pids) {
-    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-    if (alive(p)) ++out.leaked;
-  }
+  count_leaks(pids, out);
 }
 
 inline void run_trial(const std::string& kind, int trial, std::mt19937_64& rng, KindResult& out) {
@@ -226,12 +236,7 @@ inline void run_trial(const std::string& kind, int trial, std::mt19937_64& rng, 
   const auto delay = std::chrono::microseconds(rng() % 20'000);
   {
     auto procs = this_host().spawn_procs({{"procs", 2}}, "trial");
-    procs.on_failure([seen](const MeshFailure& f) {
-      std::lock_guard lock(seen->mu);
-      seen->failures.push_back(f);
-      seen->cv.notify_all();
-      return Supervise::kHandled;
-    });
+    procs.on_failure(Seen::handler(seen));
     auto members = procs.spawn<Victim>("victim");
     (void)members.call<&Victim::pid>().get(30s);
     for (std::size_t r = 0; r < procs.size(); ++r) pids.push_back(procs.pid(r));
@@ -275,11 +280,7 @@ inline void run_trial(const std::string& kind, int trial, std::mt19937_64& rng, 
     procs.stop();
   }
   ++out.trials;
-  auto deadline = Clock::now() + 10s;
-  for (pid_t p : pids) {
-    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-    if (alive(p)) ++out.leaked;
-  }
+  count_leaks(pids, out);
 }
 
 }  // namespace sceptre::chaos
