@@ -20,6 +20,9 @@ packages=(
   openmpi-bin libopenmpi-dev              # Open MPI: the reference of the mesh benchmark
   python3-torch                           # torch.distributed.elastic: the supervision benchmark's peer
   stress-ng                               # CPU load for the supervision benchmark's soak
+  libgloo-dev                             # Gloo: the CPU collective backend (collective layer)
+  libtorch-dev                            # libtorch (CPU): the train layer
+  gnuplot-nox                             # the example trainer's plot of loss and live replicas
 )
 
 missing=()

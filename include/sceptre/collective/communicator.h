@@ -1,0 +1,81 @@
+// Communicator: collectives among the members of one quorum (data-parallel replicas).
+//
+// A communicator is made for one fixed set of members and is thrown away when the set changes
+// (a replica died, a replacement joined): making a new one is the recovery, never repairing an
+// old one. Every collective has a deadline (CommOptions::timeout), and abort() makes one in
+// flight fail at once from any thread, so a collective stuck on a dead or frozen peer costs a
+// bounded time and an error, never a hang or a crash of the caller. The deadline counts silence
+// (each wait for a peer's bytes), not the collective's length, so a short one is safe for big
+// tensors. abort() closes this member's connections: its peers' collectives fail at once, and
+// its own later ones fail with kAborted (Gloo cannot wake one of its own already waiting: that
+// one ends at the deadline).
+//
+// Rendezvous goes through a KeyValue store: each member publishes its address under the
+// communicator's prefix and reads the others'. The store is served by the controller (see
+// train/ft_ddp.h), or lives in memory for members that are threads of one process.
+//
+//   auto comm = collective::connect_gloo(store, rank, size, {.prefix = "quorum-7"});
+//   if (!comm.ok()) ...;
+//   Result<void> r = (*comm)->allreduce_sum(std::span(grads));
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "sceptre/core/result.h"
+
+namespace sceptre::collective {
+
+// The rendezvous store: set a key once, read it when it appears.
+class KeyValue {
+ public:
+  virtual ~KeyValue() = default;
+  virtual Result<void> set(const std::string& key, std::string value) = 0;
+  // The value of `key`, waiting for it up to `timeout` (kDeadlineExceeded after that).
+  virtual Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+};
+
+// A store in this process's memory (members that are threads of one process; tests).
+class MemoryStore final : public KeyValue {
+ public:
+  Result<void> set(const std::string& key, std::string value) override;
+  Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+};
+
+struct CommOptions {
+  std::string prefix;                                // the communicator's keys in the store
+  std::chrono::milliseconds timeout{5000};           // rendezvous, and each collective
+  std::string hostname = "127.0.0.1";                // the address this member listens on
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::size_t rank() const = 0;
+  virtual std::size_t size() const = 0;
+  virtual std::string_view backend() const = 0;
+  // Sums `data` elementwise over all members, in place; every member ends with the same bits.
+  // On an error (a peer gone, the deadline, abort) `data` holds garbage and the communicator
+  // is unusable: make a new one.
+  virtual Result<void> allreduce_sum(std::span<float> data) = 0;
+  // Leaves the communicator: closes the connections (peers blocked on this member fail at once)
+  // and fails every later collective with kAborted. Thread-safe.
+  virtual void abort(const std::string& why) = 0;
+};
+
+// A Gloo communicator over TCP (libgloo: the library c10d's ProcessGroupGloo is built on).
+Result<std::unique_ptr<Communicator>> connect_gloo(KeyValue& store, std::size_t rank, std::size_t size,
+                                                   const CommOptions& options);
+
+}  // namespace sceptre::collective

@@ -1,0 +1,145 @@
+// The Gloo backend of Communicator: a gloo::rendezvous::Context over Gloo's TCP transport,
+// rendezvous through our KeyValue store, gloo::allreduce (ring) with a per-call timeout, and
+// abort by closing
+// the context's connections (the peers' waiting operations fail at once; Gloo cannot wake an
+// operation of this member's own that is waiting: that one ends at its timeout, which Gloo counts
+// per wait, so it bounds silence rather than the collective's length).
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+
+#include "sceptre/collective/communicator.h"
+
+namespace sceptre::collective {
+
+Result<void> MemoryStore::set(const std::string& key, std::string value) {
+  {
+    std::lock_guard lock(mu_);
+    values_[key] = std::move(value);
+  }
+  cv_.notify_all();
+  return {};
+}
+
+Result<std::string> MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) != 0; })) {
+    return Error(Code::kDeadlineExceeded, "no value for '" + key + "' after " + std::to_string(timeout.count()) + " ms");
+  }
+  return values_.at(key);
+}
+
+namespace {
+
+// Gloo's store interface on top of ours; errors become exceptions, which connect_gloo catches.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(KeyValue& kv, std::string prefix, std::chrono::milliseconds timeout)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    auto r = kv_.set(prefix_ + "/" + key, std::string(data.begin(), data.end()));
+    if (!r.ok()) throw std::runtime_error("rendezvous: " + r.error().to_string());
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto r = kv_.get(prefix_ + "/" + key, timeout_);
+    if (!r.ok()) throw std::runtime_error("rendezvous: " + r.error().to_string());
+    return std::vector<char>(r->begin(), r->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const auto& k : keys) {
+      auto r = kv_.get(prefix_ + "/" + k, timeout);
+      if (!r.ok()) throw std::runtime_error("rendezvous: " + r.error().to_string());
+    }
+  }
+
+ private:
+  KeyValue& kv_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, std::chrono::milliseconds timeout)
+      : context_(std::move(context)), timeout_(timeout) {}
+
+  std::size_t rank() const override { return static_cast<std::size_t>(context_->rank); }
+  std::size_t size() const override { return static_cast<std::size_t>(context_->size); }
+  std::string_view backend() const override { return "gloo"; }
+
+  Result<void> allreduce_sum(std::span<float> data) override {
+    if (aborted_.load()) return Error(Code::kAborted, "the communicator was aborted: " + why());
+    if (data.empty() || context_->size == 1) return {};
+    try {
+      gloo::AllreduceOptions opts(context_);
+      opts.setInput(data.data(), data.size());
+      opts.setOutput(data.data(), data.size());
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+      opts.setTag(tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+      return {};
+    } catch (const std::exception& e) {
+      if (aborted_.load()) return Error(Code::kAborted, "allreduce aborted: " + why());
+      return Error(Code::kUnavailable, std::string("allreduce failed: ") + e.what());
+    }
+  }
+
+  void abort(const std::string& why) override {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_.exchange(true)) return;
+      why_ = why;
+    }
+    context_->closeConnections();
+  }
+
+ private:
+  std::string why() {
+    std::lock_guard lock(mu_);
+    return why_;
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::chrono::milliseconds timeout_;
+  std::uint32_t tag_ = 0;
+  std::atomic<bool> aborted_{false};
+  std::mutex mu_;
+  std::string why_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> connect_gloo(KeyValue& store, std::size_t rank, std::size_t size,
+                                                   const CommOptions& options) {
+  if (size == 0 || rank >= size) {
+    return Error(Code::kInvalidArgument,
+                 "rank " + std::to_string(rank) + " is not in a communicator of " + std::to_string(size));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank), static_cast<int>(size));
+    context->setTimeout(options.timeout);
+    GlooStore gloo_store(store, options.prefix, options.timeout);
+    context->connectFullMesh(gloo_store, device);
+    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), options.timeout));
+  } catch (const std::exception& e) {
+    return Error(Code::kUnavailable, "gloo rendezvous of rank " + std::to_string(rank) + " of " +
+                                         std::to_string(size) + " ('" + options.prefix + "') failed: " + e.what());
+  }
+}
+
+}  // namespace sceptre::collective
