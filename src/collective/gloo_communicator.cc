@@ -132,9 +132,11 @@ Result<std::unique_ptr<Communicator>> connect_gloo(KeyValue& store, std::size_t 
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank), static_cast<int>(size));
-    context->setTimeout(options.timeout);
-    GlooStore gloo_store(store, options.prefix, options.timeout);
+    auto rendezvous = options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout;
+    context->setTimeout(rendezvous);
+    GlooStore gloo_store(store, options.prefix, rendezvous);
     context->connectFullMesh(gloo_store, device);
+    context->setTimeout(options.timeout);
     return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), options.timeout));
   } catch (const std::exception& e) {
     return Error(Code::kUnavailable, "gloo rendezvous of rank " + std::to_string(rank) + " of " +

@@ -55,7 +55,8 @@ class MemoryStore final : public KeyValue {
 
 struct CommOptions {
   std::string prefix;                                // the communicator's keys in the store
-  std::chrono::milliseconds timeout{5000};           // rendezvous, and each collective
+  std::chrono::milliseconds timeout{5000};           // each wait of a collective for a peer
+  std::chrono::milliseconds rendezvous_timeout{0};   // connecting; 0: the same as `timeout`
   std::string hostname = "127.0.0.1";                // the address this member listens on
 };
 

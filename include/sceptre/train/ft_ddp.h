@@ -1,0 +1,221 @@
+// Fault-tolerant data parallelism: replica groups, a per-step quorum run by the controller, and
+// live healing of replacements from a peer.
+//
+//   sceptre::Runtime runtime(argc, argv);
+//   auto procs = runtime.this_host().spawn_procs({{"replicas", 4}}, "replicas");
+//   sceptre::train::FtDdp ddp(procs, options);
+//   sceptre::train::Summary s = ddp.run();     // trains options.steps committed steps
+//
+// Every step runs under a quorum: the replicas that are live and hold the committed state. The
+// controller gives each member a block of samples (it alone owns the mapping from steps to
+// samples), each member computes its gradient, and the quorum's Communicator sums them. The step
+// commits only if every member reduced; then each applies the average and the step is done
+// everywhere. If a member fails, the step is discarded everywhere, its samples go back to the
+// front of the queue, and the survivors retry it under a new quorum with the gradients they have
+// already computed (only the reduction is redone). Committed steps are never rolled back.
+//
+// A failed replica's proc is respawned (the mesh's failure hook); the new replica fetches the
+// committed state from a live peer (chunked, several chunks in flight, from a state server on
+// its own thread so the peer keeps training), replays the averaged gradients of the steps
+// committed meanwhile, and joins at a step boundary. Below options.min_replicas live members
+// training pauses, and says so, until replacements arrive.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sceptre/actor/actor.h"
+#include "sceptre/actor/endpoint.h"
+#include "sceptre/collective/communicator.h"
+#include "sceptre/mesh/actor_mesh.h"
+#include "sceptre/mesh/runtime.h"
+#include "sceptre/train/replica_core.h"
+#include "sceptre/wire/part.h"
+
+namespace sceptre::train {
+
+// --- the rendezvous store, served by the controller ---------------------------------------------
+class StoreActor : public Actor {
+ public:
+  void set(std::string key, std::string value) { values_[std::move(key)] = std::move(value); }
+  std::optional<std::string> get(std::string key) {
+    auto it = values_.find(key);
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Forgets every key that starts with `prefix` (a communicator that is gone).
+  void erase_prefix(std::string prefix);
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+SCEPTRE_ACTOR(StoreActor, set, get, erase_prefix);
+
+// A KeyValue client of a StoreActor (polls for a key not yet set).
+class ActorStore final : public collective::KeyValue {
+ public:
+  explicit ActorStore(ActorRef<StoreActor> store) : store_(std::move(store)) {}
+  Result<void> set(const std::string& key, std::string value) override;
+  Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+ private:
+  ActorRef<StoreActor> store_;
+};
+
+// --- messages -----------------------------------------------------------------------------------
+struct StepPlan {
+  std::uint64_t step = 0;        // the step being attempted (committed steps so far)
+  std::uint64_t quorum = 0;      // the quorum's id: a new one means a new communicator
+  std::uint64_t rank = 0;        // this member's place in the quorum
+  std::uint64_t size = 0;        // members in the quorum
+  std::uint64_t first = 0;       // this member's samples: [first, first + count)
+  std::uint64_t count = 0;
+  SCEPTRE_FIELDS(step, quorum, rank, size, first, count)
+};
+
+struct StepReply {
+  bool ok = false;          // reduced: ready to commit
+  bool reused = false;      // the gradient was computed by an earlier attempt of this step
+  float loss = 0;           // this member's loss on its samples
+  std::string error;        // why not, when !ok
+  double compute_ms = 0, reduce_ms = 0;
+  std::uint64_t at_step = 0;  // the replica's committed steps
+  SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step)
+};
+
+struct Committed {
+  std::uint64_t step = 0;    // steps committed by this replica, this one included
+  std::uint64_t digest = 0;  // of its whole state after the commit
+  SCEPTRE_FIELDS(step, digest)
+};
+
+class StateServer;
+struct Snapshot {
+  std::uint64_t step = 0;  // the committed step the state is at
+  std::uint64_t bytes = 0;
+  std::uint64_t chunk_bytes = 0;
+  ActorRef<StateServer> server;
+  SCEPTRE_FIELDS(step, bytes, chunk_bytes, server)
+};
+
+struct HealReport {
+  std::uint64_t step = 0;  // the replica's committed step after healing
+  std::uint64_t digest = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;      // the state transfer
+  SCEPTRE_FIELDS(step, digest, bytes, seconds)
+};
+
+struct TrainOptions {
+  ModelSpec model;
+  std::uint64_t steps = 200;               // committed steps to train
+  std::uint64_t batch = 64;                // samples per member per step
+  std::size_t min_replicas = 2;            // below this, training pauses
+  std::chrono::milliseconds collective_timeout{1000};  // silence a collective waits out
+  std::chrono::milliseconds rendezvous_timeout{2000};  // a new quorum's communicator
+  std::chrono::milliseconds step_timeout{30000};       // a member's whole step
+  std::uint64_t chunk_bytes = 4u << 20;    // healing transfer unit
+  std::size_t chunks_in_flight = 4;
+  bool respawn = true;                     // replace failed replicas
+  SCEPTRE_FIELDS(model, steps, batch, min_replicas, collective_timeout, rendezvous_timeout, step_timeout, chunk_bytes,
+                 chunks_in_flight, respawn)
+};
+
+// --- the replica ----------------------------------------------------------------------------------
+// Serves chunks of its replica's last snapshot, and the averaged gradients committed since then,
+// on a thread of its own (the replica keeps training while a peer heals from it).
+class StateServer : public Actor {
+ public:
+  static constexpr bool kOwnThread = true;
+  struct Shared;
+  explicit StateServer(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  wire::Part chunk(std::uint64_t step, std::uint64_t index);
+  // The averaged gradient (summed, members) that committed step `step` (1-based) applied.
+  std::pair<wire::Part, std::uint64_t> logged(std::uint64_t step);
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+SCEPTRE_ACTOR(StateServer, chunk, logged);
+
+class Replica : public Actor {
+ public:
+  static constexpr bool kOwnThread = true;
+  Replica(TrainOptions options, ActorRef<StoreActor> store);
+  ~Replica() override;
+  void on_start() override;
+
+  StepReply step(StepPlan plan);
+  Committed commit(std::uint64_t step);
+  Committed digest();
+  // Snapshots the committed state into the state server and starts logging committed gradients.
+  Snapshot snapshot();
+  void stop_logging();
+  // Fetches `from`'s snapshot, then the gradients logged up to `upto`, and applies them.
+  HealReport heal(Snapshot from);
+  HealReport catch_up(Snapshot from, std::uint64_t upto);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+SCEPTRE_ACTOR(Replica, step, commit, digest, snapshot, stop_logging, heal, catch_up);
+
+// --- the controller -------------------------------------------------------------------------------
+struct Event {
+  enum class Kind { kCommitted, kRetried, kFailed, kRespawned, kHealing, kHealFailed, kJoined, kPaused, kResumed };
+  Kind kind = Kind::kCommitted;
+  std::uint64_t step = 0;
+  std::size_t replica = 0;
+  std::string what;
+  std::chrono::steady_clock::time_point when;
+};
+
+struct StepRecord {  // one committed step, for replays and plots
+  std::uint64_t step = 0;
+  std::vector<std::size_t> members;        // replicas, in quorum rank order
+  std::vector<std::uint64_t> first;        // each member's first sample
+  std::uint64_t count = 0;
+  float loss = 0;                          // mean over members
+  double seconds = 0;                      // since run() started, at commit
+  std::size_t attempts = 1;
+};
+
+struct Summary {
+  std::uint64_t committed = 0, attempted = 0;
+  std::size_t failures = 0, heals = 0;
+  double seconds = 0;
+  std::uint64_t samples = 0;               // committed samples
+  std::vector<StepRecord> steps;
+  std::map<std::size_t, std::uint64_t> digests;  // live replicas at the end
+  std::vector<Event> events;
+};
+
+class FtDdp {
+ public:
+  FtDdp(ProcMesh procs, TrainOptions options);
+  ~FtDdp();
+  // Called on the controller thread for every event, and after each committed step.
+  void on_event(std::function<void(const Event&)> fn);
+  void on_step(std::function<void(const StepRecord&, std::size_t live)> fn);
+  Summary run();
+  // Ends run() at the next step boundary (thread-safe).
+  void cancel();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// A failure-free replay of committed steps: one model, each step's members' gradients computed
+// one after another and summed by a Gloo communicator of that step's size among threads, exactly
+// as the quorum did. Returns the state's digest after the last step.
+std::uint64_t replay(const TrainOptions& options, const std::vector<StepRecord>& steps);
+
+}  // namespace sceptre::train

@@ -1,0 +1,56 @@
+// ReplicaCore: one replica's model, optimizer and data, in libtorch, behind a header without
+// libtorch (only replica_core.cc includes it). The model is an MLP classifier learning a fixed
+// random "teacher" on samples generated from their index, so every process makes the same
+// samples from the same numbers and no data is downloaded.
+//
+// A step is split the way the quorum needs it: local_gradients() computes this replica's
+// gradient of a block of samples (kept, so a retried step reuses it), apply() takes the sum over
+// the quorum and steps the optimizer. The committed state (parameters, optimizer state, step)
+// travels as bytes for healing and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sceptre/wire/archive.h"
+
+namespace sceptre::train {
+
+struct ModelSpec {
+  std::int64_t inputs = 32;
+  std::int64_t hidden = 256;
+  std::int64_t classes = 10;
+  std::int64_t seed = 1;        // initial weights, teacher, samples
+  double learning_rate = 1e-3;  // Adam
+  SCEPTRE_FIELDS(inputs, hidden, classes, seed, learning_rate)
+};
+
+class ReplicaCore {
+ public:
+  explicit ReplicaCore(const ModelSpec& spec);
+  ~ReplicaCore();
+  ReplicaCore(const ReplicaCore&) = delete;
+  ReplicaCore& operator=(const ReplicaCore&) = delete;
+
+  // This replica's gradient (flattened, float32) of the mean loss over samples
+  // [first, first + count), and that loss.
+  std::vector<float> local_gradients(std::uint64_t first, std::uint64_t count, float* loss);
+  // Steps the optimizer with `summed` / `members` as the gradient; the step counter advances.
+  void apply(const std::vector<float>& summed, std::size_t members);
+
+  std::uint64_t step() const;
+  std::size_t parameter_count() const;
+  // FNV-1a of the parameters' and the optimizer state's bytes: equal digests, equal state.
+  std::uint64_t digest() const;
+  // The whole committed state as bytes, and back (load throws std::runtime_error on bad bytes).
+  std::string save() const;
+  void load(const std::string& bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sceptre::train

@@ -1,0 +1,208 @@
+// The only file of the train layer that includes libtorch.
+#include "sceptre/train/replica_core.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace sceptre::train {
+
+namespace {
+
+constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr std::uint64_t kFnvPrime = 1099511628211ull;
+
+std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+// The state format: "SCPT" u32 version, u64 step, u64 tensors; then per tensor u64 elements
+// and its float32 bytes: every parameter, then (once the optimizer has stepped) each parameter's
+// Adam exp_avg and exp_avg_sq, and an i64 Adam step count per parameter.
+constexpr char kMagic[4] = {'S', 'C', 'P', 'T'};
+constexpr std::uint32_t kVersion = 1;
+
+void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+template <class T>
+void put(std::string& out, T v) {
+  put(out, &v, sizeof v);
+}
+
+struct Reader {
+  const std::string& in;
+  std::size_t at = 0;
+  void take(void* p, std::size_t n) {
+    if (n > in.size() - at) throw std::runtime_error("replica state: truncated at byte " + std::to_string(at));
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  }
+  template <class T>
+  T get() {
+    T v;
+    take(&v, sizeof v);
+    return v;
+  }
+};
+
+}  // namespace
+
+struct ReplicaCore::Impl {
+  ModelSpec spec;
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  torch::Tensor teacher;
+  std::uint64_t step = 0;
+
+  explicit Impl(const ModelSpec& s) : spec(s) {
+    torch::NoGradGuard no_grad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(spec.seed));
+    teacher = torch::randn({spec.inputs, spec.classes}, gen);
+    model = torch::nn::Sequential(torch::nn::Linear(spec.inputs, spec.hidden), torch::nn::ReLU(),
+                                  torch::nn::Linear(spec.hidden, spec.hidden), torch::nn::ReLU(),
+                                  torch::nn::Linear(spec.hidden, spec.classes));
+    // Initial weights from the spec's seed, not from the process's global generator.
+    for (auto& p : model->parameters()) {
+      auto fan_in = p.dim() > 1 ? p.size(1) : spec.hidden;
+      p.copy_(torch::randn(p.sizes(), gen) / std::sqrt(static_cast<double>(fan_in)));
+    }
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                     torch::optim::AdamOptions(spec.learning_rate));
+  }
+
+  torch::optim::AdamParamState* adam_state(const torch::Tensor& p) {
+    auto& state = optimizer->state();
+    auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == state.end()) return nullptr;
+    return static_cast<torch::optim::AdamParamState*>(it->second.get());
+  }
+};
+
+ReplicaCore::ReplicaCore(const ModelSpec& spec) : impl_(std::make_unique<Impl>(spec)) {
+  torch::set_num_threads(1);  // one thread per replica: the same bits in every process
+}
+ReplicaCore::~ReplicaCore() = default;
+
+std::vector<float> ReplicaCore::local_gradients(std::uint64_t first, std::uint64_t count, float* loss) {
+  auto& m = *impl_;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(m.spec.seed) * 1000003ull + first);
+  auto x = torch::randn({static_cast<std::int64_t>(count), m.spec.inputs}, gen);
+  auto y = x.matmul(m.teacher).argmax(1);
+  m.model->zero_grad();
+  auto l = torch::nn::functional::cross_entropy(m.model->forward(x), y);
+  l.backward();
+  if (loss) *loss = l.item<float>();
+  std::vector<torch::Tensor> flat;
+  for (auto& p : m.model->parameters()) flat.push_back(p.grad().reshape({-1}));
+  auto all = torch::cat(flat).contiguous();
+  std::vector<float> out(static_cast<std::size_t>(all.numel()));
+  std::memcpy(out.data(), all.data_ptr<float>(), out.size() * sizeof(float));
+  return out;
+}
+
+void ReplicaCore::apply(const std::vector<float>& summed, std::size_t members) {
+  auto& m = *impl_;
+  if (summed.size() != parameter_count()) throw std::invalid_argument("apply: gradient of the wrong size");
+  auto g = torch::from_blob(const_cast<float*>(summed.data()), {static_cast<std::int64_t>(summed.size())},
+                            torch::kFloat32) / static_cast<float>(members);
+  std::int64_t at = 0;
+  for (auto& p : m.model->parameters()) {
+    p.mutable_grad() = g.slice(0, at, at + p.numel()).view_as(p).clone();
+    at += p.numel();
+  }
+  m.optimizer->step();
+  ++m.step;
+}
+
+std::uint64_t ReplicaCore::step() const { return impl_->step; }
+
+std::size_t ReplicaCore::parameter_count() const {
+  std::size_t n = 0;
+  for (auto& p : impl_->model->parameters()) n += static_cast<std::size_t>(p.numel());
+  return n;
+}
+
+std::uint64_t ReplicaCore::digest() const {
+  std::string s = save();
+  return fnv(kFnvOffset, s.data(), s.size());
+}
+
+std::string ReplicaCore::save() const {
+  auto& m = *impl_;
+  auto params = m.model->parameters();
+  std::vector<torch::Tensor> tensors(params.begin(), params.end());
+  std::vector<std::int64_t> adam_steps;
+  bool stepped = m.adam_state(params[0]) != nullptr;
+  if (stepped) {
+    for (auto& p : params) {
+      auto* s = m.adam_state(p);
+      tensors.push_back(s->exp_avg());
+      tensors.push_back(s->exp_avg_sq());
+      adam_steps.push_back(s->step());
+    }
+  }
+  std::string out;
+  put(out, kMagic, 4);
+  put(out, kVersion);
+  put(out, m.step);
+  put(out, static_cast<std::uint64_t>(tensors.size()));
+  for (auto& t : tensors) {
+    auto c = t.contiguous();
+    put(out, static_cast<std::uint64_t>(c.numel()));
+    put(out, c.data_ptr<float>(), static_cast<std::size_t>(c.numel()) * sizeof(float));
+  }
+  for (auto s : adam_steps) put(out, s);
+  return out;
+}
+
+void ReplicaCore::load(const std::string& bytes) {
+  auto& m = *impl_;
+  Reader r{bytes};
+  char magic[4];
+  r.take(magic, 4);
+  if (std::memcmp(magic, kMagic, 4) != 0) throw std::runtime_error("replica state: not a sceptre replica state");
+  if (auto v = r.get<std::uint32_t>(); v != kVersion) {
+    throw std::runtime_error("replica state: version " + std::to_string(v) + ", expected " + std::to_string(kVersion));
+  }
+  auto step = r.get<std::uint64_t>();
+  auto count = r.get<std::uint64_t>();
+  auto params = m.model->parameters();
+  if (count != params.size() && count != 3 * params.size()) {
+    throw std::runtime_error("replica state: " + std::to_string(count) + " tensors for a model of " +
+                             std::to_string(params.size()) + " parameters");
+  }
+  std::vector<torch::Tensor> loaded;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto n = r.get<std::uint64_t>();
+    // Parameters first, then each parameter's exp_avg and exp_avg_sq.
+    const auto& like = params[i < params.size() ? i : (i - params.size()) / 2];
+    auto shape = like.sizes();
+    if (n != static_cast<std::uint64_t>(like.numel())) {
+      throw std::runtime_error("replica state: tensor " + std::to_string(i) + " has " + std::to_string(n) + " elements");
+    }
+    auto t = torch::empty(shape, torch::kFloat32);
+    r.take(t.data_ptr<float>(), n * sizeof(float));
+    loaded.push_back(t);
+  }
+  std::vector<std::int64_t> adam_steps;
+  if (count == 3 * params.size()) {
+    for (std::size_t i = 0; i < params.size(); ++i) adam_steps.push_back(r.get<std::int64_t>());
+  }
+  if (r.at != bytes.size()) throw std::runtime_error("replica state: trailing bytes");
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(loaded[i]);
+  m.optimizer->state().clear();
+  for (std::size_t i = 0; i < adam_steps.size(); ++i) {
+    auto s = std::make_unique<torch::optim::AdamParamState>();
+    s->step(adam_steps[i]);
+    s->exp_avg(loaded[params.size() + 2 * i].clone());
+    s->exp_avg_sq(loaded[params.size() + 2 * i + 1].clone());
+    m.optimizer->state()[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(s);
+  }
+  m.step = step;
+}
+
+}  // namespace sceptre::train
