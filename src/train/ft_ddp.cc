@@ -171,6 +171,22 @@ Summary FtDdp::run() {
   Snapshot snap;
   std::vector<Heal> heals;
   auto heal_step = [&](const std::vector<std::size_t>& live) {
+    // A donor lost mid-transfer: its healers would wait out their chunk calls; they hold
+    // nothing yet, so they are replaced at once and heal again from another peer.
+    bool donor_lost = false;
+    if (donor) {
+      std::lock_guard lock(s.mu);
+      donor_lost = s.status[*donor] != Status::kLive;
+    }
+    if (donor_lost) {
+      for (auto& h : heals) {
+        s.event(Event::Kind::kHealFailed, sum.committed, h.replica,
+                "donor replica " + std::to_string(*donor) + " lost mid-transfer: restarting this heal");
+        s.lost(h.replica);
+      }
+      heals.clear();
+      donor.reset();
+    }
     // Finished transfers: replay what committed meanwhile, then join.
     for (auto it = heals.begin(); it != heals.end();) {
       if (!it->done.ready()) {
@@ -233,6 +249,14 @@ Summary FtDdp::run() {
     }
   };
 
+  auto live_now = [&] {
+    std::vector<std::size_t> v;
+    std::lock_guard lock(s.mu);
+    for (std::size_t r = 0; r < s.status.size(); ++r)
+      if (s.status[r] == Status::kLive) v.push_back(r);
+    return v;
+  };
+
   std::uint64_t quorum = 0;
   std::vector<std::size_t> last_members;
   bool paused = false, broken = false;
@@ -242,13 +266,6 @@ Summary FtDdp::run() {
       std::lock_guard lock(s.mu);
       if (s.cancelled) break;
     }
-    auto live_now = [&] {
-      std::vector<std::size_t> v;
-      std::lock_guard lock(s.mu);
-      for (std::size_t r = 0; r < s.status.size(); ++r)
-        if (s.status[r] == Status::kLive) v.push_back(r);
-      return v;
-    };
     heal_step(live_now());  // joins happen here, at the step boundary, before the quorum is formed
     std::vector<std::size_t> members = live_now();
     deliver();
@@ -352,22 +369,19 @@ Summary FtDdp::run() {
     sum.steps.push_back(std::move(rec));
     deliver();
   }
-  // Let finished heals join so that the digests cover every replica that can be live.
-  for (auto& h : heals) h.done.wait_for(o.step_timeout);
-  std::vector<std::size_t> live;
-  {
-    std::lock_guard lock(s.mu);
-    for (std::size_t r = 0; r < s.status.size(); ++r)
-      if (s.status[r] == Status::kLive) live.push_back(r);
+  // Let heals under way join so that the digests cover every replica that can be live (and,
+  // when asked, wait for every replica to be back).
+  auto deadline = Clock::now() + 2 * o.step_timeout;
+  for (;;) {
+    auto live = live_now();
+    heal_step(live);
+    deliver();
+    bool all = live_now().size() == s.status.size();
+    if (all || Clock::now() >= deadline || live.empty()) break;
+    if (!o.end_with_all_replicas && heals.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  heal_step(live);
-  {
-    std::lock_guard lock(s.mu);
-    live.clear();
-    for (std::size_t r = 0; r < s.status.size(); ++r)
-      if (s.status[r] == Status::kLive) live.push_back(r);
-  }
-  for (auto r : live) {
+  for (auto r : live_now()) {
     try {
       sum.digests[r] = s.replicas.at(r).call<&Replica::digest>().get(o.step_timeout).digest;
     } catch (const std::exception& e) {

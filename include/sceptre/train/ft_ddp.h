@@ -123,8 +123,9 @@ struct TrainOptions {
   std::uint64_t chunk_bytes = 4u << 20;    // healing transfer unit
   std::size_t chunks_in_flight = 4;
   bool respawn = true;                     // replace failed replicas
+  bool end_with_all_replicas = false;      // run() waits (up to 2 step_timeouts) for every replica to rejoin
   SCEPTRE_FIELDS(model, steps, batch, min_replicas, collective_timeout, rendezvous_timeout, step_timeout, chunk_bytes,
-                 chunks_in_flight, respawn)
+                 chunks_in_flight, respawn, end_with_all_replicas)
 };
 
 // --- the replica ----------------------------------------------------------------------------------

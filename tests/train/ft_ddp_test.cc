@@ -1,0 +1,200 @@
+// Fault-tolerant training with real procs, real sockets, real Gloo and real libtorch, and the
+// torchft-style oracle: after injected failures every live replica holds the same bits as the
+// others and as a failure-free replay of the committed steps; no sample is committed twice.
+//
+// The binary is its own proc image (its main makes the Runtime first).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <set>
+
+#include "sceptre/sceptre.h"
+#include "sceptre/train/ft_ddp.h"
+
+namespace sceptre::train {
+namespace {
+
+using namespace std::chrono_literals;
+
+TrainOptions small(std::uint64_t steps) {
+  TrainOptions o;
+  o.model.hidden = 64;
+  o.steps = steps;
+  o.batch = 32;
+  o.min_replicas = 1;
+  o.collective_timeout = 3s;   // sanitizer builds on 2 busy cores
+  o.rendezvous_timeout = 10s;
+  o.chunk_bytes = 16 << 10;    // many chunks, several in flight
+  o.end_with_all_replicas = true;
+  return o;
+}
+
+// Every live replica holds the replay's bits; the committed sample blocks are all different.
+void expect_oracle(const TrainOptions& o, const Summary& s, std::size_t min_live) {
+  ASSERT_EQ(s.committed, o.steps);
+  ASSERT_GE(s.digests.size(), min_live);
+  std::uint64_t expect = replay(o, s.steps);
+  for (auto [replica, digest] : s.digests) {
+    EXPECT_EQ(digest, expect) << "replica " << replica << " differs from the failure-free replay";
+  }
+  std::set<std::uint64_t> blocks;
+  std::uint64_t committed = 0, highest = 0;
+  for (auto& r : s.steps) {
+    for (auto f : r.first) {
+      EXPECT_TRUE(blocks.insert(f).second) << "sample block " << f << " committed twice";
+      EXPECT_EQ(f % o.batch, 0u);
+      highest = std::max(highest, f / o.batch);
+      ++committed;
+    }
+  }
+  EXPECT_EQ(s.samples, committed * o.batch);
+  // Blocks not committed are only those handed out to the last, unfinished attempts.
+  EXPECT_LE(highest + 1 - blocks.size(), 4u * 2) << "sample blocks were skipped";
+}
+
+int pid_of(const ProcMesh& procs, std::size_t r) { return procs.pid(r); }
+
+TEST(FtDdp, WithoutFailuresEveryReplicaEqualsTheReplay) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "plain");
+  auto o = small(25);
+  FtDdp ddp(procs, o);
+  Summary s = ddp.run();
+  EXPECT_EQ(s.attempted, o.steps);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.digests.size(), 3u);
+  expect_oracle(o, s, 3);
+  EXPECT_LT(s.steps.back().loss, s.steps.front().loss) << "it does not learn";
+}
+
+TEST(FtDdp, KilledReplicasAreReplacedAndHealedWhileTheOthersTrain) {
+  auto procs = this_host().spawn_procs({{"replicas", 4}}, "killed");
+  auto o = small(60);
+  FtDdp ddp(procs, o);
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 8) ::kill(pid_of(procs, 1), SIGKILL);
+    if (r.step == 30) ::kill(pid_of(procs, 3), SIGKILL);
+  });
+  Summary s = ddp.run();
+  EXPECT_GE(s.failures, 2u);
+  EXPECT_GE(s.heals, 1u);
+  // Survivors never restarted: replicas 0 and 2 took part in every committed step.
+  for (auto& r : s.steps) {
+    EXPECT_NE(std::find(r.members.begin(), r.members.end(), 0u), r.members.end());
+    EXPECT_NE(std::find(r.members.begin(), r.members.end(), 2u), r.members.end());
+  }
+  expect_oracle(o, s, 2);
+}
+
+TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "frozen");
+  auto o = small(40);
+  FtDdp ddp(procs, o);
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 5) ::kill(pid_of(procs, 2), SIGSTOP);
+  });
+  Summary s = ddp.run();
+  EXPECT_GE(s.failures, 1u);
+  bool heartbeat = false;
+  for (auto& e : s.events) heartbeat |= e.what.find("heartbeat") != std::string::npos;
+  EXPECT_TRUE(heartbeat) << "the frozen replica was not found by its heartbeat";
+  expect_oracle(o, s, 2);
+}
+
+TEST(FtDdp, AReplicaKilledWhileHealingHealsAgain) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "reheal");
+  auto o = small(60);
+  o.chunks_in_flight = 1;
+  FtDdp ddp(procs, o);
+  bool killed_healer = false;
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 5) ::kill(pid_of(procs, 1), SIGKILL);
+  });
+  ddp.on_event([&](const Event& e) {
+    if (e.kind == Event::Kind::kHealing && !killed_healer) {
+      killed_healer = true;
+      ::kill(pid_of(procs, e.replica), SIGKILL);
+    }
+  });
+  Summary s = ddp.run();
+  EXPECT_TRUE(killed_healer);
+  EXPECT_GE(s.failures, 2u);
+  expect_oracle(o, s, 2);
+}
+
+TEST(FtDdp, ADonorKilledWhileAPeerHealsFromItLeavesTheOthersTraining) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "donor");
+  auto o = small(60);
+  FtDdp ddp(procs, o);
+  bool killed_donor = false;
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 5) ::kill(pid_of(procs, 2), SIGKILL);
+  });
+  ddp.on_event([&](const Event& e) {
+    if (e.kind == Event::Kind::kHealing && !killed_donor) {
+      killed_donor = true;
+      ::kill(pid_of(procs, 0), SIGKILL);  // the donor is the first live member
+    }
+  });
+  Summary s = ddp.run();
+  EXPECT_TRUE(killed_donor);
+  expect_oracle(o, s, 1);
+}
+
+TEST(FtDdp, BelowTheMinimumTrainingPausesUntilAReplacementJoins) {
+  auto procs = this_host().spawn_procs({{"replicas", 2}}, "pause");
+  auto o = small(30);
+  o.min_replicas = 2;
+  FtDdp ddp(procs, o);
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 10) ::kill(pid_of(procs, 1), SIGKILL);
+  });
+  Summary s = ddp.run();
+  bool paused = false, resumed = false;
+  for (auto& e : s.events) {
+    paused |= e.kind == Event::Kind::kPaused;
+    resumed |= e.kind == Event::Kind::kResumed;
+  }
+  EXPECT_TRUE(paused);
+  EXPECT_TRUE(resumed);
+  for (auto& r : s.steps) EXPECT_EQ(r.members.size(), 2u) << "step " << r.step << " ran below the minimum";
+  expect_oracle(o, s, 2);
+}
+
+TEST(ReplicaCore, StateRoundTripsBitwiseAndBadBytesAreRefused) {
+  TrainOptions o = small(1);
+  ReplicaCore a(o.model), b(o.model);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    float loss = 0;
+    auto g = a.local_gradients(step * 32, 32, &loss);
+    a.apply(g, 1);
+  }
+  EXPECT_NE(a.digest(), b.digest());
+  std::string bytes = a.save();
+  b.load(bytes);
+  EXPECT_EQ(a.digest(), b.digest());
+  EXPECT_EQ(b.step(), 3u);
+  // The same next step on both: still equal (optimizer state came along).
+  auto g = a.local_gradients(96, 32, nullptr);
+  a.apply(g, 1);
+  b.apply(b.local_gradients(96, 32, nullptr), 1);
+  EXPECT_EQ(a.digest(), b.digest());
+
+  ReplicaCore c(o.model);
+  auto before = c.digest();
+  EXPECT_THROW(c.load(bytes.substr(0, bytes.size() / 2)), std::runtime_error);
+  EXPECT_THROW(c.load("garbage"), std::runtime_error);
+  EXPECT_THROW(c.load(bytes + "x"), std::runtime_error);
+  EXPECT_EQ(c.digest(), before) << "a refused state changed the replica";
+}
+
+}  // namespace
+}  // namespace sceptre::train
+
+int main(int argc, char** argv) {
+  auto config = sceptre::Config::load();
+  if (!config) return 2;
+  if (!std::getenv("SCEPTRE_HEARTBEAT_TIMEOUT")) config->heartbeat_timeout = std::chrono::seconds(3);
+  sceptre::Runtime runtime(argc, argv, *config);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
