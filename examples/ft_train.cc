@@ -6,7 +6,7 @@
 // prints a summary, checks that every live replica holds the same bits, and writes a plot of loss
 // and live replicas over time with the failures marked.
 //
-//   ft_train [--replicas 4] [--steps 300] [--kill-every 3] [--freeze-every 7] [--out ft_train.out]
+//   ft_train [--replicas 4] [--steps 600] [--kill-every 4] [--freeze-every 9] [--out ft_train.out]
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
   CLI::App app{"sceptre: fault-tolerant data-parallel training on this host"};
   std::size_t replicas = 4;
   train::TrainOptions o;
-  o.steps = 300;
-  double kill_every = 0, freeze_every = 0;
+  o.steps = 600;
+  double kill_every = 4, freeze_every = 9;  // the default run shows recoveries; 0 turns them off
   std::uint64_t seed = 1;
   std::string out = "ft_train.out";
   std::size_t print_every = 20;
