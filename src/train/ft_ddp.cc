@@ -196,7 +196,19 @@ Summary FtDdp::run() {
       std::size_t r = it->replica;
       try {
         auto report = it->done.get();
-        auto caught = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed).get(o.step_timeout);
+        // The replay comes from the donor too: if the donor goes while it runs, the healer
+        // would wait out its calls, so it is replaced instead.
+        auto caught = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
+        auto until = Clock::now() + o.step_timeout;
+        while (!caught.wait_for(std::chrono::milliseconds(2))) {
+          bool gone;
+          {
+            std::lock_guard lock(s.mu);
+            gone = s.status[*donor] != Status::kLive;
+          }
+          if (gone || Clock::now() >= until) throw std::runtime_error("the donor was lost during the replay");
+        }
+        caught.get();
         {
           std::lock_guard lock(s.mu);
           if (s.status[r] == Status::kHealing) s.status[r] = Status::kLive;
@@ -207,11 +219,14 @@ Summary FtDdp::run() {
                       *donor, report.bytes / 1e6, report.seconds,
                       report.seconds > 0 ? report.bytes / report.seconds / 1e9 : 0.0,
                       static_cast<unsigned long long>(sum.committed - report.step));
-        s.event(Event::Kind::kJoined, sum.committed, r, line);
+        {
+          std::lock_guard lock(s.mu);
+          s.events.push_back(Event{Event::Kind::kJoined, sum.committed, r, line, Clock::now(), report.bytes,
+                                   report.seconds});
+        }
       } catch (const std::exception& e) {
         s.event(Event::Kind::kHealFailed, sum.committed, r, std::string("healing failed: ") + e.what());
-        std::lock_guard lock(s.mu);
-        if (s.status[r] == Status::kHealing) s.status[r] = Status::kFresh;
+        s.lost(r);  // it may still be waiting on the donor: a new one heals again
       }
       it = heals.erase(it);
     }
@@ -323,6 +338,7 @@ Summary FtDdp::run() {
     for (std::size_t i = 0; i < members.size(); ++i) {
       try {
         auto r = replies[i].get(o.step_timeout);
+        if (!r.reused) ++sum.gradients_computed;
         loss += r.loss;
         if (!r.ok) {
           all_ok = false;
@@ -335,6 +351,7 @@ Summary FtDdp::run() {
       } catch (const std::exception& e) {
         all_ok = false;
         why = "replica " + std::to_string(members[i]) + " lost: " + e.what();
+        ++sum.gradients_computed;  // (or begun): lost with it
         s.lost(members[i]);
       }
     }
@@ -365,6 +382,7 @@ Summary FtDdp::run() {
     assigned.clear();
     ++sum.committed;
     sum.samples += o.batch * members.size();
+    sum.gradients_committed += members.size();
     if (s.on_step) s.on_step(rec, members.size());
     sum.steps.push_back(std::move(rec));
     deliver();

@@ -176,6 +176,8 @@ struct Event {
   std::size_t replica = 0;
   std::string what;
   std::chrono::steady_clock::time_point when;
+  std::uint64_t bytes = 0;  // kJoined: the state fetched, and how long it took
+  double seconds = 0;
 };
 
 struct StepRecord {  // one committed step, for replays and plots
@@ -193,6 +195,9 @@ struct Summary {
   std::size_t failures = 0, heals = 0;
   double seconds = 0;
   std::uint64_t samples = 0;               // committed samples
+  // Work, in replica-steps of gradient computation: every one computed (a failed member's
+  // included; a retry that reuses a gradient computes none) and those that went into commits.
+  std::uint64_t gradients_computed = 0, gradients_committed = 0;
   std::vector<StepRecord> steps;
   std::map<std::size_t, std::uint64_t> digests;  // live replicas at the end
   std::vector<Event> events;
