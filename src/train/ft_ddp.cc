@@ -39,9 +39,10 @@ struct FtDdp::State {
   bool cancelled = false;
   std::thread respawner;
 
-  void event(Event::Kind kind, std::uint64_t step, std::size_t replica, std::string what) {
+  void event(Event::Kind kind, std::uint64_t step, std::size_t replica, std::string what, std::uint64_t bytes = 0,
+             double seconds = 0) {
     std::lock_guard lock(mu);
-    events.push_back(Event{kind, step, replica, std::move(what), Clock::now()});
+    events.push_back(Event{kind, step, replica, std::move(what), Clock::now(), bytes, seconds});
   }
 
   // A replica is out: its proc is killed if it is not already gone (a call that timed out), so
@@ -219,11 +220,7 @@ Summary FtDdp::run() {
                       *donor, report.bytes / 1e6, report.seconds,
                       report.seconds > 0 ? report.bytes / report.seconds / 1e9 : 0.0,
                       static_cast<unsigned long long>(sum.committed - report.step));
-        {
-          std::lock_guard lock(s.mu);
-          s.events.push_back(Event{Event::Kind::kJoined, sum.committed, r, line, Clock::now(), report.bytes,
-                                   report.seconds});
-        }
+        s.event(Event::Kind::kJoined, sum.committed, r, line, report.bytes, report.seconds);
       } catch (const std::exception& e) {
         s.event(Event::Kind::kHealFailed, sum.committed, r, std::string("healing failed: ") + e.what());
         s.lost(r);  // it may still be waiting on the donor: a new one heals again
@@ -291,16 +288,10 @@ Summary FtDdp::run() {
                     " needed");
         paused = true;
       }
-      bool any_coming;
-      {
-        std::lock_guard lock(s.mu);
-        any_coming = std::any_of(s.status.begin(), s.status.end(), [](Status x) { return x != Status::kLive; });
-      }
       if (members.empty() && heals.empty()) {
         throw std::runtime_error("every replica was lost by step " + std::to_string(sum.committed) +
                                  ": no live peer to heal from (restart from a checkpoint)");
       }
-      (void)any_coming;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
