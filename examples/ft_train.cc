@@ -6,7 +6,11 @@
 // prints a summary, checks that every live replica holds the same bits, and writes a plot of loss
 // and live replicas over time with the failures marked.
 //
+// Checkpoints go to OUT/checkpoints every 100 steps; run it again and it resumes from the newest
+// complete one (--fresh starts over).
+//
 //   ft_train [--replicas 4] [--steps 600] [--kill-every 4] [--freeze-every 9] [--out ft_train.out]
+//            [--checkpoint-every 100] [--checkpoint-dir OUT/checkpoints] [--keep 3] [--fresh]
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -37,6 +42,11 @@ const char* kind_name(train::Event::Kind k) {
     case train::Event::Kind::kJoined: return "joined";
     case train::Event::Kind::kPaused: return "paused";
     case train::Event::Kind::kResumed: return "resumed";
+    case train::Event::Kind::kCheckpointing: return "checkpointing";
+    case train::Event::Kind::kCheckpointed: return "checkpointed";
+    case train::Event::Kind::kCheckpointFailed: return "checkpoint failed";
+    case train::Event::Kind::kCheckpointSkipped: return "checkpoint skipped";
+    case train::Event::Kind::kRestored: return "restored";
   }
   return "?";
 }
@@ -64,7 +74,19 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "model, data and fault schedule");
   app.add_option("--out", out, "folder for the step log, the events and the plot");
   app.add_option("--print-every", print_every, "a progress line every this many steps");
+  std::string checkpoint_dir;
+  bool fresh = false;
+  o.checkpoint.every = 100;
+  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoints (default OUT/checkpoints; 'none' turns them off)");
+  app.add_option("--checkpoint-every", o.checkpoint.every, "committed steps between checkpoints (0: only at the end)");
+  app.add_option("--keep", o.checkpoint.keep, "complete checkpoints kept")->check(CLI::Range(1, 1000));
+  app.add_flag("--fresh", fresh, "start over: remove the checkpoints instead of resuming from them");
   CLI11_PARSE(app, argc, argv);
+  if (checkpoint_dir.empty()) checkpoint_dir = out + "/checkpoints";
+  if (checkpoint_dir != "none") {
+    if (fresh) std::filesystem::remove_all(checkpoint_dir);
+    o.checkpoint.dir = checkpoint_dir;
+  }
   o.model.seed = static_cast<std::int64_t>(seed);
   o.min_replicas = std::min(o.min_replicas, replicas);
 
@@ -121,20 +143,37 @@ int main(int argc, char** argv) {
 
   std::printf("training %llu steps on %zu replicas (%zu parameters each)\n", static_cast<unsigned long long>(o.steps),
               replicas, train::ReplicaCore(o.model).parameter_count());
-  train::Summary s = ddp.run();
+  train::Summary s;
+  try {
+    s = ddp.run();
+  } catch (const std::exception& e) {
+    done = true;
+    injector.join();
+    std::fprintf(stderr, "ft_train: %s\n", e.what());
+    return 1;
+  }
   done = true;
   injector.join();
 
   std::uint64_t first_digest = s.digests.empty() ? 0 : s.digests.begin()->second;
   bool identical = std::all_of(s.digests.begin(), s.digests.end(), [&](auto& d) { return d.second == first_digest; });
+  std::uint64_t committed = s.committed - s.start_step;
+  if (s.start_step > 0) {
+    std::printf("\nresumed from the checkpoint of step %llu\n", static_cast<unsigned long long>(s.start_step));
+  }
   std::printf("\nsummary: %llu steps committed of %llu attempted (step efficiency %.1f%%), %zu failures survived, "
               "%zu heals, %llu samples in %.1f s (%.0f samples/s)\n",
-              static_cast<unsigned long long>(s.committed), static_cast<unsigned long long>(s.attempted),
-              100.0 * s.committed / std::max<std::uint64_t>(1, s.attempted), s.failures, s.heals,
+              static_cast<unsigned long long>(committed), static_cast<unsigned long long>(s.attempted),
+              100.0 * committed / std::max<std::uint64_t>(1, s.attempted), s.failures, s.heals,
               static_cast<unsigned long long>(s.samples), s.seconds, s.samples / std::max(1e-9, s.seconds));
   std::printf("         steps lost: %llu (attempts discarded); final loss %.4f; %zu live replicas %s (digest %016llx)\n",
-              static_cast<unsigned long long>(s.attempted - s.committed), s.steps.empty() ? 0.f : s.steps.back().loss,
+              static_cast<unsigned long long>(s.attempted - committed), s.steps.empty() ? 0.f : s.steps.back().loss,
               s.digests.size(), identical ? "bitwise identical" : "DIFFER", static_cast<unsigned long long>(first_digest));
+
+  if (!o.checkpoint.dir.empty()) {
+    std::printf("         checkpoints: %zu written, %zu failed, in %s\n", s.checkpoints, s.checkpoint_failures,
+                o.checkpoint.dir.c_str());
+  }
 
   // The step log, the failures, and a plot through gnuplot when it is installed.
   ::mkdir(out.c_str(), 0755);

@@ -22,6 +22,7 @@ packages=(
   stress-ng                               # CPU load for the supervision benchmark's soak
   libgloo-dev                             # Gloo: the CPU collective backend (collective layer)
   libtorch-dev                            # libtorch (CPU): the train layer
+  libxxhash-dev                           # xxHash: checksums of checkpoint shards
   gnuplot-nox                             # the example trainer's plot of loss and live replicas
 )
 

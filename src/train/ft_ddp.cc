@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "sceptre/actor/proc.h"
 
@@ -20,7 +23,23 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 enum class Status { kLive, kDead, kFresh, kHealing };
+
+// What a checkpoint's state depends on besides its bytes: resuming with another model or batch
+// (the data position is in samples of blocks of `batch`) is refused.
+std::string model_json(const TrainOptions& o) {
+  const auto& m = o.model;
+  return nlohmann::json{{"inputs", m.inputs},   {"hidden", m.hidden},
+                        {"classes", m.classes}, {"seed", m.seed},
+                        {"learning_rate", m.learning_rate}, {"batch", o.batch}}
+      .dump();
 }
+
+std::string megabytes(std::uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MB", bytes / 1e6);
+  return b;
+}
+}  // namespace
 
 struct FtDdp::State {
   ProcMesh procs;
@@ -40,9 +59,22 @@ struct FtDdp::State {
   std::thread respawner;
 
   void event(Event::Kind kind, std::uint64_t step, std::size_t replica, std::string what, std::uint64_t bytes = 0,
-             double seconds = 0) {
+             double seconds = 0, double stall_ms = 0) {
     std::lock_guard lock(mu);
-    events.push_back(Event{kind, step, replica, std::move(what), Clock::now(), bytes, seconds});
+    events.push_back(Event{kind, step, replica, std::move(what), Clock::now(), bytes, seconds, stall_ms});
+  }
+
+  std::vector<std::size_t> live() {
+    std::vector<std::size_t> v;
+    std::lock_guard lock(mu);
+    for (std::size_t r = 0; r < status.size(); ++r)
+      if (status[r] == Status::kLive) v.push_back(r);
+    return v;
+  }
+
+  bool is_live(std::size_t r) {
+    std::lock_guard lock(mu);
+    return status[r] == Status::kLive;
   }
 
   // A replica is out: its proc is killed if it is not already gone (a call that timed out), so
@@ -127,6 +159,212 @@ void FtDdp::cancel() {
   state_->cancelled = true;
 }
 
+// The controller's side of checkpoints: capture at a step boundary, persist in the background
+// (polled at step boundaries), manifest last, prune; and the resume at start.
+class Checkpointer {
+ public:
+  Checkpointer(FtDdp::State& s, Summary& sum) : s_(s), sum_(sum), c_(s.options.checkpoint) {}
+  bool enabled() const { return !c_.dir.empty(); }
+
+  // Captures the committed state of step `step` on `writers`; returns once the copies are made.
+  // `deliver` runs when the stall is over, before the writes begin.
+  void start(std::uint64_t step, std::vector<std::size_t> writers, DataPosition data,
+             const std::function<void()>& deliver) {
+    if (!enabled() || step == last_step_ || writers.empty()) return;
+    poll();
+    if (flight_) {
+      fail(step, "skipped: the checkpoint of step " + std::to_string(flight_->step) + " is still being written");
+      return;
+    }
+    std::string dir = c_.dir + "/" + checkpoint_name(step);
+    remove_checkpoint(dir);  // an earlier run's, newer than the one it resumed from: not complete
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      fail(step, "cannot create " + dir + ": " + ec.message());
+      return;
+    }
+    if (c_.writers > 0 && writers.size() > c_.writers) writers.resize(c_.writers);
+    const auto& o = s_.options;
+    auto t0 = Clock::now();
+    std::vector<Future<Captured>> captures;
+    for (std::size_t k = 0; k < writers.size(); ++k) {
+      captures.push_back(
+          s_.replicas.at(writers[k]).call<&Replica::capture>(CheckpointPlan{step, dir, k, writers.size()}));
+    }
+    Flight f;
+    f.step = step;
+    f.dir = dir;
+    f.manifest = Manifest{step, model_json(o), std::move(data), {}};
+    f.writers = writers;
+    std::string why;
+    for (std::size_t k = 0; k < writers.size(); ++k) {
+      try {
+        f.captured.push_back(captures[k].get(o.step_timeout));
+        f.bytes += f.captured.back().bytes;
+      } catch (const std::exception& e) {
+        why = "writer replica " + std::to_string(writers[k]) + " lost during the copy: " + e.what();
+        s_.lost(writers[k]);
+      }
+    }
+    double stall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!why.empty()) {
+      remove_checkpoint(dir);
+      fail(step, why);
+      return;
+    }
+    s_.event(Event::Kind::kCheckpointing, step, 0,
+             "checkpoint of step " + std::to_string(step) + ": " + megabytes(f.bytes) + " in " +
+                 std::to_string(writers.size()) + " shards copied in " + std::to_string(stall_ms) + " ms, persisting",
+             f.bytes, 0, stall_ms);
+    deliver();
+    f.started = Clock::now();
+    for (auto& c : f.captured) f.writes.push_back(c.writer.call<&CheckpointWriter::write>(step));
+    f.files.resize(writers.size());
+    f.done.assign(writers.size(), false);
+    flight_ = std::move(f);
+  }
+
+  // At step boundaries: finishes the checkpoint in flight once every shard is written.
+  void poll() {
+    if (!flight_) return;
+    auto& f = *flight_;
+    bool all = true;
+    for (std::size_t k = 0; k < f.writers.size(); ++k) {
+      if (f.done[k]) continue;
+      if (f.writes[k].ready()) {
+        f.done[k] = true;
+        try {
+          auto w = f.writes[k].get();
+          if (w.ok) {
+            f.files[k] = std::move(w.file);
+          } else if (f.why.empty()) {
+            f.why = "replica " + std::to_string(f.writers[k]) + ": " + w.error;
+          }
+        } catch (const std::exception& e) {
+          if (f.why.empty()) f.why = "writer replica " + std::to_string(f.writers[k]) + " lost: " + e.what();
+        }
+      } else if (!s_.is_live(f.writers[k])) {
+        f.done[k] = true;  // a dead writer's call may never answer
+        if (f.why.empty()) f.why = "writer replica " + std::to_string(f.writers[k]) + " lost while persisting";
+      } else {
+        all = false;
+      }
+    }
+    if (!all) return;
+    if (f.why.empty()) {
+      f.manifest.shards = f.files;
+      if (auto r = write_manifest(f.dir, f.manifest); !r) f.why = r.error().to_string();
+    }
+    if (!f.why.empty()) {
+      remove_checkpoint(f.dir);
+      fail(f.step, "abandoned: " + f.why);
+    } else {
+      double secs = std::chrono::duration<double>(Clock::now() - f.started).count();
+      auto removed = prune_checkpoints(c_.dir, c_.keep);
+      char line[256];
+      std::snprintf(line, sizeof line, "checkpoint of step %llu complete: %s in %.3f s (%.2f GB/s)%s",
+                    static_cast<unsigned long long>(f.step), megabytes(f.bytes).c_str(), secs,
+                    secs > 0 ? f.bytes / secs / 1e9 : 0.0,
+                    removed.empty() ? "" : (", " + std::to_string(removed.size()) + " older removed").c_str());
+      s_.event(Event::Kind::kCheckpointed, f.step, 0, line, f.bytes, secs);
+      ++sum_.checkpoints;
+      last_step_ = f.step;
+    }
+    flight_.reset();
+  }
+
+  // Waits for the checkpoint in flight, up to `deadline`.
+  void finish(Clock::time_point deadline) {
+    while (flight_ && Clock::now() < deadline) {
+      poll();
+      if (flight_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (flight_) {
+      fail(flight_->step, "still being written when run() ended");
+      flight_.reset();
+    }
+  }
+
+  // At start: loads the newest checkpoint that the live replicas can load. Replicas that fail
+  // one that others loaded are replaced (they heal from a peer); one that none can load is
+  // skipped with a warning.
+  std::optional<Manifest> resume(const std::vector<std::size_t>& members) {
+    if (!enabled() || !c_.resume) return std::nullopt;
+    const auto& o = s_.options;
+    std::vector<std::string> skipped;
+    auto found = find_checkpoints(c_.dir, &skipped);
+    for (auto& why : skipped) s_.event(Event::Kind::kCheckpointSkipped, 0, 0, "skipping " + why);
+    auto ours = nlohmann::json::parse(model_json(o));
+    for (auto& cand : found) {
+      auto theirs = nlohmann::json::parse(cand.manifest.model, nullptr, false);
+      if (theirs != ours) {
+        throw std::runtime_error("checkpoint " + cand.dir + " was trained with " + cand.manifest.model +
+                                 "; this job has " + ours.dump() + " (resume with the same model and batch, or "
+                                 "use another checkpoint directory)");
+      }
+      std::vector<Future<Restored>> loads;
+      for (auto r : members) loads.push_back(s_.replicas.at(r).call<&Replica::restore>(cand.dir, cand.manifest));
+      std::vector<std::size_t> failed;
+      std::optional<std::uint64_t> digest;
+      std::string why;
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        try {
+          auto got = loads[i].get(o.step_timeout);
+          if (got.ok && (!digest || *digest == got.digest)) {
+            digest = got.digest;
+            continue;
+          }
+          if (why.empty()) why = got.ok ? "replicas loaded different states" : got.error;
+        } catch (const std::exception& e) {
+          if (why.empty()) why = std::string("replica lost: ") + e.what();
+        }
+        failed.push_back(members[i]);
+      }
+      if (!digest) {
+        s_.event(Event::Kind::kCheckpointSkipped, cand.manifest.step, 0, "skipping " + cand.dir + ": " + why);
+        continue;
+      }
+      for (auto r : failed) {
+        s_.event(Event::Kind::kCheckpointSkipped, cand.manifest.step, r,
+                 "replica " + std::to_string(r) + " could not load " + cand.dir + " (" + why + "): replaced");
+        s_.lost(r);
+      }
+      s_.event(Event::Kind::kRestored, cand.manifest.step, 0,
+               "resumed from " + cand.dir + " (step " + std::to_string(cand.manifest.step) + ")");
+      last_step_ = cand.manifest.step;
+      return cand.manifest;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  struct Flight {
+    std::uint64_t step = 0;
+    std::string dir;
+    Manifest manifest;
+    std::vector<std::size_t> writers;
+    std::vector<Captured> captured;
+    std::uint64_t bytes = 0;
+    Clock::time_point started;
+    std::vector<Future<ShardWritten>> writes;
+    std::vector<ShardFile> files;
+    std::vector<bool> done;
+    std::string why;  // the first failure
+  };
+
+  void fail(std::uint64_t step, const std::string& why) {
+    s_.event(Event::Kind::kCheckpointFailed, step, 0, "checkpoint of step " + std::to_string(step) + " " + why);
+    ++sum_.checkpoint_failures;
+  }
+
+  FtDdp::State& s_;
+  Summary& sum_;
+  const CheckpointOptions& c_;
+  std::optional<Flight> flight_;
+  std::uint64_t last_step_ = ~0ull;  // of the last complete (or restored) checkpoint
+};
+
 Summary FtDdp::run() {
   auto& s = *state_;
   const auto& o = s.options;
@@ -152,6 +390,13 @@ Summary FtDdp::run() {
   std::uint64_t cursor = 0;
   std::deque<std::uint64_t> returned;
   std::map<std::size_t, std::uint64_t> assigned;
+  Checkpointer checkpoints(s, sum);
+  if (auto m = checkpoints.resume(s.live())) {
+    sum.start_step = sum.committed = m->step;
+    cursor = m->data.cursor;
+    returned.assign(m->data.returned.begin(), m->data.returned.end());
+  }
+  deliver();
   auto take = [&] {
     if (!returned.empty()) {
       auto f = returned.front();
@@ -261,13 +506,7 @@ Summary FtDdp::run() {
     }
   };
 
-  auto live_now = [&] {
-    std::vector<std::size_t> v;
-    std::lock_guard lock(s.mu);
-    for (std::size_t r = 0; r < s.status.size(); ++r)
-      if (s.status[r] == Status::kLive) v.push_back(r);
-    return v;
-  };
+  auto live_now = [&] { return s.live(); };
 
   std::uint64_t quorum = 0;
   std::vector<std::size_t> last_members;
@@ -278,6 +517,7 @@ Summary FtDdp::run() {
       std::lock_guard lock(s.mu);
       if (s.cancelled) break;
     }
+    checkpoints.poll();
     heal_step(live_now());  // joins happen here, at the step boundary, before the quorum is formed
     std::vector<std::size_t> members = live_now();
     deliver();
@@ -377,6 +617,13 @@ Summary FtDdp::run() {
     if (s.on_step) s.on_step(rec, members.size());
     sum.steps.push_back(std::move(rec));
     deliver();
+    if (o.checkpoint.every > 0 && sum.committed % o.checkpoint.every == 0 && sum.committed < o.steps) {
+      checkpoints.start(sum.committed, live_now(), DataPosition{cursor, {returned.begin(), returned.end()}}, deliver);
+    }
+  }
+  bool finished = sum.committed >= o.steps;
+  if (finished) {  // the final state, whatever the interval
+    checkpoints.start(sum.committed, live_now(), DataPosition{cursor, {returned.begin(), returned.end()}}, deliver);
   }
   // Let heals under way join so that the digests cover every replica that can be live (and,
   // when asked, wait for every replica to be back).
@@ -390,6 +637,7 @@ Summary FtDdp::run() {
     if (!o.end_with_all_replicas && heals.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  checkpoints.finish(Clock::now() + 2 * o.step_timeout);
   for (auto r : live_now()) {
     try {
       sum.digests[r] = s.replicas.at(r).call<&Replica::digest>().get(o.step_timeout).digest;

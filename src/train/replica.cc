@@ -93,6 +93,35 @@ std::pair<wire::Part, std::uint64_t> StateServer::logged(std::uint64_t step) {
   return it->second;
 }
 
+// --- the checkpoint writer ----------------------------------------------------------------------
+struct CheckpointWriter::Shared {
+  std::mutex mu;
+  CheckpointPlan plan;
+  std::vector<TensorBytes> tensors;  // captured, not yet written
+  bool captured = false;
+};
+
+ShardWritten CheckpointWriter::write(std::uint64_t step) {
+  CheckpointPlan plan;
+  std::vector<TensorBytes> tensors;
+  {
+    std::lock_guard lock(shared_->mu);
+    if (!shared_->captured || shared_->plan.step != step) {
+      return ShardWritten{false, "no captured shard of step " + std::to_string(step) + " here", {}, 0};
+    }
+    plan = shared_->plan;
+    tensors = std::move(shared_->tensors);
+    shared_->tensors.clear();
+    shared_->captured = false;
+  }
+  auto t0 = Clock::now();
+  auto r = write_shard(plan.dir, shard_name(plan.shard, plan.shards), tensors,
+                       {{"format", "sceptre-checkpoint"}, {"step", std::to_string(plan.step)}});
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!r) return ShardWritten{false, r.error().to_string(), {}, seconds};
+  return ShardWritten{true, "", *r, seconds};
+}
+
 // --- the replica --------------------------------------------------------------------------------
 struct Replica::Impl {
   TrainOptions options;
@@ -102,6 +131,8 @@ struct Replica::Impl {
   std::uint64_t comm_quorum = 0;
   std::shared_ptr<StateServer::Shared> shared = std::make_shared<StateServer::Shared>();
   ActorRef<StateServer> server;
+  std::shared_ptr<CheckpointWriter::Shared> to_write = std::make_shared<CheckpointWriter::Shared>();
+  ActorRef<CheckpointWriter> writer;
 
   // The attempt in progress: its samples, this replica's gradient of them, and the sum.
   struct Pending {
@@ -118,7 +149,10 @@ Replica::Replica(TrainOptions options, ActorRef<StoreActor> store)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(store))) {}
 Replica::~Replica() = default;
 
-void Replica::on_start() { impl_->server = spawn<StateServer>("state", impl_->shared); }
+void Replica::on_start() {
+  impl_->server = spawn<StateServer>("state", impl_->shared);
+  impl_->writer = spawn<CheckpointWriter>("checkpoint", impl_->to_write);
+}
 
 StepReply Replica::step(StepPlan plan) {
   auto& m = *impl_;
@@ -248,6 +282,39 @@ HealReport Replica::catch_up(Snapshot from, std::uint64_t upto) {
     m.core.apply(floats_of(sum), members);
   }
   return HealReport{m.core.step(), m.core.digest(), bytes, std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
+Captured Replica::capture(CheckpointPlan plan) {
+  auto& m = *impl_;
+  if (plan.step != m.core.step()) {
+    throw std::logic_error("checkpoint of step " + std::to_string(plan.step) + " asked of a replica at step " +
+                           std::to_string(m.core.step()));
+  }
+  auto t0 = Clock::now();
+  auto tensors = m.core.tensors(plan.shard, plan.shards);  // the copy: training waits only for this
+  std::uint64_t bytes = 0;
+  for (auto& t : tensors) bytes += t.data.size();
+  {
+    std::lock_guard lock(m.to_write->mu);
+    m.to_write->plan = std::move(plan);
+    m.to_write->tensors = std::move(tensors);
+    m.to_write->captured = true;
+  }
+  return Captured{bytes, ms_since(t0), m.writer};
+}
+
+Restored Replica::restore(std::string dir, Manifest manifest) {
+  auto& m = *impl_;
+  auto tensors = load_checkpoint(FoundCheckpoint{std::move(dir), manifest});
+  if (!tensors) return Restored{false, tensors.error().to_string(), m.core.step(), 0};
+  try {
+    m.core.load_tensors(*tensors, manifest.step);
+  } catch (const std::exception& e) {
+    return Restored{false, e.what(), m.core.step(), 0};
+  }
+  m.pending = {};
+  m.comm.reset();
+  return Restored{true, "", m.core.step(), m.core.digest()};
 }
 
 }  // namespace sceptre::train

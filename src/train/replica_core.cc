@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 namespace sceptre::train {
@@ -201,6 +202,102 @@ void ReplicaCore::load(const std::string& bytes) {
     s->exp_avg(loaded[params.size() + 2 * i].clone());
     s->exp_avg_sq(loaded[params.size() + 2 * i + 1].clone());
     m.optimizer->state()[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(s);
+  }
+  m.step = step;
+}
+
+namespace {
+std::string bytes_of(const torch::Tensor& t) {
+  auto c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.nbytes()));
+}
+}  // namespace
+
+std::vector<TensorBytes> ReplicaCore::tensors(std::size_t shard, std::size_t shards) const {
+  auto& m = *impl_;
+  auto named = m.model->named_parameters();
+  bool stepped = m.adam_state(named[0].value()) != nullptr;
+  // The list without data first (names, dtypes, shapes, sizes), so only this shard is copied.
+  struct Entry {
+    std::string name;
+    torch::Tensor t;
+    std::int64_t step = -1;  // an Adam step count instead of a tensor
+  };
+  std::vector<Entry> entries;
+  for (auto& p : named) entries.push_back({"model." + p.key(), p.value()});
+  if (stepped) {
+    for (auto& p : named) {
+      auto* s = m.adam_state(p.value());
+      entries.push_back({"adam.exp_avg." + p.key(), s->exp_avg()});
+      entries.push_back({"adam.exp_avg_sq." + p.key(), s->exp_avg_sq()});
+      entries.push_back({"adam.step." + p.key(), {}, s->step()});
+    }
+  }
+  std::vector<std::uint64_t> sizes;
+  for (auto& e : entries) sizes.push_back(e.step >= 0 ? 8 : static_cast<std::uint64_t>(e.t.nbytes()));
+  auto owner = assign_shards(sizes, shards);
+  std::vector<TensorBytes> out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (owner[i] != shard) continue;
+    auto& e = entries[i];
+    if (e.step >= 0) {
+      out.push_back({e.name, "I64", {}, std::string(reinterpret_cast<const char*>(&e.step), 8)});
+    } else {
+      out.push_back({e.name, "F32", std::vector<std::int64_t>(e.t.sizes().begin(), e.t.sizes().end()), bytes_of(e.t)});
+    }
+  }
+  return out;
+}
+
+void ReplicaCore::load_tensors(const std::vector<TensorBytes>& tensors, std::uint64_t step) {
+  auto& m = *impl_;
+  std::map<std::string, const TensorBytes*> by_name;
+  for (auto& t : tensors) {
+    if (!by_name.emplace(t.name, &t).second) throw std::runtime_error("checkpoint: tensor " + t.name + " twice");
+  }
+  auto named = m.model->named_parameters();
+  auto take = [&](const std::string& name, const torch::Tensor& like) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw std::runtime_error("checkpoint: no tensor " + name);
+    auto& t = *it->second;
+    if (t.dtype != "F32" || t.shape != std::vector<std::int64_t>(like.sizes().begin(), like.sizes().end()) ||
+        t.data.size() != static_cast<std::size_t>(like.nbytes())) {
+      throw std::runtime_error("checkpoint: tensor " + name + " does not have this model's dtype and shape");
+    }
+    auto out = torch::empty(like.sizes(), torch::kFloat32);
+    std::memcpy(out.data_ptr<float>(), t.data.data(), t.data.size());
+    by_name.erase(it);
+    return out;
+  };
+  std::vector<torch::Tensor> params, avg, avg_sq;
+  std::vector<std::int64_t> steps;
+  for (auto& p : named) params.push_back(take("model." + p.key(), p.value()));
+  bool stepped = by_name.count("adam.exp_avg." + named[0].key()) > 0;
+  if (stepped) {
+    for (auto& p : named) {
+      avg.push_back(take("adam.exp_avg." + p.key(), p.value()));
+      avg_sq.push_back(take("adam.exp_avg_sq." + p.key(), p.value()));
+      auto it = by_name.find("adam.step." + p.key());
+      if (it == by_name.end() || it->second->dtype != "I64" || it->second->data.size() != 8) {
+        throw std::runtime_error("checkpoint: no I64 adam.step." + p.key());
+      }
+      std::int64_t s;
+      std::memcpy(&s, it->second->data.data(), 8);
+      steps.push_back(s);
+      by_name.erase(it);
+    }
+  }
+  if (!by_name.empty()) throw std::runtime_error("checkpoint: tensor " + by_name.begin()->first + " is not in this model");
+  torch::NoGradGuard no_grad;
+  auto live = m.model->parameters();
+  for (std::size_t i = 0; i < live.size(); ++i) live[i].copy_(params[i]);
+  m.optimizer->state().clear();
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    auto s = std::make_unique<torch::optim::AdamParamState>();
+    s->step(steps[i]);
+    s->exp_avg(avg[i]);
+    s->exp_avg_sq(avg_sq[i]);
+    m.optimizer->state()[c10::guts::to_string(live[i].unsafeGetTensorImpl())] = std::move(s);
   }
   m.step = step;
 }

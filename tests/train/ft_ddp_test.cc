@@ -6,6 +6,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "sceptre/sceptre.h"
@@ -30,14 +36,24 @@ TrainOptions small(std::uint64_t steps) {
 }
 
 // Every live replica holds the replay's bits; the committed sample blocks are all different.
-void expect_oracle(const TrainOptions& o, const Summary& s, std::size_t min_live) {
+// A resumed run's replay starts with the steps of the run it resumed (`before`, up to its
+// start step).
+void expect_oracle(const TrainOptions& o, const Summary& s, std::size_t min_live,
+                   std::vector<StepRecord> before = {}) {
   ASSERT_EQ(s.committed, o.steps);
   ASSERT_GE(s.digests.size(), min_live);
-  std::uint64_t expect = replay(o, s.steps);
+  ASSERT_GE(before.size(), s.start_step);
+  before.resize(s.start_step);
+  auto all = before;
+  all.insert(all.end(), s.steps.begin(), s.steps.end());
+  ASSERT_EQ(all.size(), s.committed);
+  std::uint64_t expect = replay(o, all);
   for (auto [replica, digest] : s.digests) {
     EXPECT_EQ(digest, expect) << "replica " << replica << " differs from the failure-free replay";
   }
   std::set<std::uint64_t> blocks;
+  for (auto& r : before)
+    for (auto f : r.first) blocks.insert(f);
   std::uint64_t committed = 0, highest = 0;
   for (auto& r : s.steps) {
     for (auto f : r.first) {
@@ -49,7 +65,9 @@ void expect_oracle(const TrainOptions& o, const Summary& s, std::size_t min_live
   }
   EXPECT_EQ(s.samples, committed * o.batch);
   // Blocks not committed are only those handed out to the last, unfinished attempts.
-  EXPECT_LE(highest + 1 - blocks.size(), 4u * 2) << "sample blocks were skipped";
+  if (committed > 0) {
+    EXPECT_LE(highest + 1 - blocks.size(), 4u * 2) << "sample blocks were skipped";
+  }
 }
 
 int pid_of(const ProcMesh& procs, std::size_t r) { return procs.pid(r); }
@@ -158,6 +176,129 @@ TEST(FtDdp, BelowTheMinimumTrainingPausesUntilAReplacementJoins) {
   EXPECT_TRUE(resumed);
   for (auto& r : s.steps) EXPECT_EQ(r.members.size(), 2u) << "step " << r.step << " ran below the minimum";
   expect_oracle(o, s, 2);
+}
+
+// --- checkpoints ------------------------------------------------------------------------------
+struct CheckpointDir {
+  std::string path;
+  CheckpointDir() {
+    char t[] = "/tmp/sceptre-ftckpt-XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~CheckpointDir() {
+    ::umount2(path.c_str(), MNT_DETACH);  // when it was a tmpfs
+    std::filesystem::remove_all(path);
+  }
+};
+
+std::size_t count(const Summary& s, Event::Kind kind) {
+  return static_cast<std::size_t>(
+      std::count_if(s.events.begin(), s.events.end(), [&](const Event& e) { return e.kind == kind; }));
+}
+
+TEST(FtDdpCheckpoint, AKilledJobResumesFromItsCheckpointAsIfNeverStopped) {
+  CheckpointDir dir;
+  auto o = small(30);
+  o.checkpoint.dir = dir.path;
+  o.checkpoint.every = 10;
+  Summary first;
+  {
+    auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-a");
+    FtDdp ddp(procs, o);
+    ddp.on_step([&](const StepRecord& r, std::size_t) {
+      if (r.step == 12) ::kill(pid_of(procs, 1), SIGKILL);
+    });
+    first = ddp.run();
+    expect_oracle(o, first, 2);
+    EXPECT_EQ(first.start_step, 0u);
+    EXPECT_EQ(first.checkpoints, 3u);  // steps 10, 20 and the end
+    EXPECT_EQ(first.checkpoint_failures, 0u);
+    for (auto r : first.digests) ::kill(pid_of(procs, r.first), SIGKILL);  // the job is gone
+  }
+  // The newest is corrupted on disk: the second job passes over it, with a warning.
+  auto found = find_checkpoints(dir.path, nullptr);
+  ASSERT_EQ(found.size(), 3u) << "keep 3";
+  ASSERT_EQ(found[0].manifest.step, 30u);
+  {
+    std::string shard = found[0].dir + "/" + found[0].manifest.shards[0].file;
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-7, std::ios::end);
+    f.put('\x5a');
+  }
+  auto o2 = o;
+  o2.steps = 45;
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-b");
+  FtDdp ddp(procs, o2);
+  Summary second = ddp.run();
+  EXPECT_EQ(second.start_step, 20u);
+  EXPECT_EQ(count(second, Event::Kind::kRestored), 1u);
+  bool warned = false;
+  for (auto& e : second.events)
+    warned |= e.kind == Event::Kind::kCheckpointSkipped && e.what.find("checksum") != std::string::npos;
+  EXPECT_TRUE(warned) << "the corrupt checkpoint was not reported";
+  expect_oracle(o2, second, 3, first.steps);
+  EXPECT_EQ(find_checkpoints(dir.path, nullptr).front().manifest.step, 45u);
+}
+
+TEST(FtDdpCheckpoint, AWriterKilledWhilePersistingAbandonsOnlyThatCheckpoint) {
+  CheckpointDir dir;
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-kill");
+  auto o = small(40);
+  o.checkpoint.dir = dir.path;
+  o.checkpoint.every = 10;
+  FtDdp ddp(procs, o);
+  bool killed = false;
+  ddp.on_event([&](const Event& e) {
+    // The copies are made and the writes not yet begun: the writer dies during the persist.
+    if (e.kind == Event::Kind::kCheckpointing && e.step == 10 && !killed) {
+      killed = true;
+      ::kill(pid_of(procs, 2), SIGKILL);
+    }
+  });
+  Summary s = ddp.run();
+  EXPECT_TRUE(killed);
+  EXPECT_EQ(s.checkpoint_failures, 1u);
+  bool abandoned = false;
+  for (auto& e : s.events) abandoned |= e.kind == Event::Kind::kCheckpointFailed && e.step == 10;
+  EXPECT_TRUE(abandoned);
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/" + checkpoint_name(10))) << "the abandoned files stayed";
+  EXPECT_EQ(s.checkpoints, 3u);  // 20, 30 and the end
+  expect_oracle(o, s, 2);
+  auto found = find_checkpoints(dir.path, nullptr);
+  ASSERT_FALSE(found.empty());
+  EXPECT_EQ(found.front().manifest.step, 40u);
+}
+
+TEST(FtDdpCheckpoint, AFullDiskIsReportedAndNeitherStopsTrainingNorHarmsTheLastCheckpoint) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  CheckpointDir dir;
+  // Room for one checkpoint of this model (about 85 kB in 3 shards), not for two.
+  ASSERT_EQ(::mount("tmpfs", dir.path.c_str(), "tmpfs", 0, "size=128k"), 0) << std::strerror(errno);
+  auto o = small(30);
+  o.checkpoint.dir = dir.path;
+  o.checkpoint.every = 10;
+  Summary s;
+  {
+    auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-full");
+    FtDdp ddp(procs, o);
+    s = ddp.run();
+    for (auto r : s.digests) ::kill(pid_of(procs, r.first), SIGKILL);
+  }
+  expect_oracle(o, s, 3);
+  EXPECT_EQ(s.checkpoints, 1u);
+  EXPECT_EQ(s.checkpoint_failures, 2u);  // 20 and the end
+  bool no_space = false;
+  for (auto& e : s.events)
+    no_space |= e.kind == Event::Kind::kCheckpointFailed && e.what.find("No space") != std::string::npos;
+  EXPECT_TRUE(no_space) << "the full disk was not reported";
+  // The checkpoint of step 10 is whole: a new job resumes from it.
+  auto o2 = o;
+  o2.steps = 15;
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-full-b");
+  FtDdp ddp(procs, o2);
+  Summary resumed = ddp.run();
+  EXPECT_EQ(resumed.start_step, 10u);
+  expect_oracle(o2, resumed, 3, s.steps);
 }
 
 TEST(ReplicaCore, StateRoundTripsBitwiseAndBadBytesAreRefused) {

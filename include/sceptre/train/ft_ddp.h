@@ -112,9 +112,54 @@ struct HealReport {
   SCEPTRE_FIELDS(step, digest, bytes, seconds)
 };
 
+// Checkpoints for the loss of the whole job (see checkpoint.h for the files). At a step boundary
+// the writers (quorum members) each copy their shard of the committed state in memory, the only
+// stall of training; their CheckpointWriters persist it in the background, and the controller
+// writes the manifest once every shard is on disk. A failed write (a full disk, a writer lost)
+// is reported and abandoned; training goes on and earlier checkpoints stay as they were.
+struct CheckpointOptions {
+  std::string dir;              // empty: no checkpoints
+  std::uint64_t every = 0;      // committed steps between checkpoints; 0: only at the end of run()
+  std::size_t keep = 3;         // complete checkpoints kept
+  std::size_t writers = 0;      // shards (one per writing member); 0: every member of the quorum
+  bool resume = true;           // run() starts from the newest complete checkpoint in dir
+  SCEPTRE_FIELDS(dir, every, keep, writers, resume)
+};
+
+class CheckpointWriter;
+struct CheckpointPlan {
+  std::uint64_t step = 0;
+  std::string dir;            // the checkpoint's directory (created by the controller)
+  std::uint64_t shard = 0, shards = 1;
+  SCEPTRE_FIELDS(step, dir, shard, shards)
+};
+
+struct Captured {  // a shard copied in memory, waiting for its writer
+  std::uint64_t bytes = 0;
+  double copy_ms = 0;
+  ActorRef<CheckpointWriter> writer;
+  SCEPTRE_FIELDS(bytes, copy_ms, writer)
+};
+
+struct ShardWritten {
+  bool ok = false;
+  std::string error;
+  ShardFile file;
+  double seconds = 0;
+  SCEPTRE_FIELDS(ok, error, file, seconds)
+};
+
+struct Restored {
+  bool ok = false;
+  std::string error;         // why the checkpoint could not be loaded (the replica is unchanged)
+  std::uint64_t step = 0;
+  std::uint64_t digest = 0;
+  SCEPTRE_FIELDS(ok, error, step, digest)
+};
+
 struct TrainOptions {
   ModelSpec model;
-  std::uint64_t steps = 200;               // committed steps to train
+  std::uint64_t steps = 200;               // committed steps to train (a resumed job counts those it resumed)
   std::uint64_t batch = 64;                // samples per member per step
   std::size_t min_replicas = 2;            // below this, training pauses
   std::chrono::milliseconds collective_timeout{1000};  // silence a collective waits out
@@ -124,8 +169,9 @@ struct TrainOptions {
   std::size_t chunks_in_flight = 4;
   bool respawn = true;                     // replace failed replicas
   bool end_with_all_replicas = false;      // run() waits (up to 2 step_timeouts) for every replica to rejoin
+  CheckpointOptions checkpoint;
   SCEPTRE_FIELDS(model, steps, batch, min_replicas, collective_timeout, rendezvous_timeout, step_timeout, chunk_bytes,
-                 chunks_in_flight, respawn, end_with_all_replicas)
+                 chunks_in_flight, respawn, end_with_all_replicas, checkpoint)
 };
 
 // --- the replica ----------------------------------------------------------------------------------
@@ -145,6 +191,19 @@ class StateServer : public Actor {
 };
 SCEPTRE_ACTOR(StateServer, chunk, logged);
 
+// Persists its replica's captured checkpoint shard on a thread of its own.
+class CheckpointWriter : public Actor {
+ public:
+  static constexpr bool kOwnThread = true;
+  struct Shared;
+  explicit CheckpointWriter(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  ShardWritten write(std::uint64_t step);
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+SCEPTRE_ACTOR(CheckpointWriter, write);
+
 class Replica : public Actor {
  public:
   static constexpr bool kOwnThread = true;
@@ -161,23 +220,35 @@ class Replica : public Actor {
   // Fetches `from`'s snapshot, then the gradients logged up to `upto`, and applies them.
   HealReport heal(Snapshot from);
   HealReport catch_up(Snapshot from, std::uint64_t upto);
+  // Copies this replica's shard of the committed state for its CheckpointWriter.
+  Captured capture(CheckpointPlan plan);
+  // Loads a checkpoint (every shard, checked against the manifest); on failure the state is unchanged.
+  Restored restore(std::string dir, Manifest manifest);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-SCEPTRE_ACTOR(Replica, step, commit, digest, snapshot, stop_logging, heal, catch_up);
+SCEPTRE_ACTOR(Replica, step, commit, digest, snapshot, stop_logging, heal, catch_up, capture, restore);
 
 // --- the controller -------------------------------------------------------------------------------
 struct Event {
-  enum class Kind { kCommitted, kRetried, kFailed, kRespawned, kHealing, kHealFailed, kJoined, kPaused, kResumed };
+  enum class Kind {
+    kCommitted, kRetried, kFailed, kRespawned, kHealing, kHealFailed, kJoined, kPaused, kResumed,
+    kCheckpointing,     // shards captured (the stall is over), being persisted
+    kCheckpointed,      // the manifest is written: the checkpoint is complete
+    kCheckpointFailed,  // abandoned (a full disk, an I/O error, a writer lost); training goes on
+    kCheckpointSkipped, // at start: a torn or corrupt checkpoint passed over
+    kRestored,          // at start: the state comes from a checkpoint
+  };
   Kind kind = Kind::kCommitted;
   std::uint64_t step = 0;
   std::size_t replica = 0;
   std::string what;
   std::chrono::steady_clock::time_point when;
-  std::uint64_t bytes = 0;  // kJoined: the state fetched, and how long it took
-  double seconds = 0;
+  std::uint64_t bytes = 0;  // kJoined: the state fetched, and how long it took; kCheckpointed:
+  double seconds = 0;       // the bytes persisted and the seconds from capture to manifest
+  double stall_ms = 0;      // kCheckpointing: how long training stood still for the copy
 };
 
 struct StepRecord {  // one committed step, for replays and plots
@@ -191,7 +262,9 @@ struct StepRecord {  // one committed step, for replays and plots
 };
 
 struct Summary {
-  std::uint64_t committed = 0, attempted = 0;
+  std::uint64_t committed = 0, attempted = 0;  // committed: the step reached (from start_step)
+  std::uint64_t start_step = 0;            // restored from a checkpoint; 0 when fresh
+  std::size_t checkpoints = 0, checkpoint_failures = 0;
   std::size_t failures = 0, heals = 0;
   double seconds = 0;
   std::uint64_t samples = 0;               // committed samples
@@ -216,6 +289,7 @@ class FtDdp {
 
  private:
   struct State;
+  friend class Checkpointer;
   std::shared_ptr<State> state_;
 };
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sceptre/train/checkpoint.h"
 #include "sceptre/wire/archive.h"
 
 namespace sceptre::train {
@@ -47,6 +48,14 @@ class ReplicaCore {
   // The whole committed state as bytes, and back (load throws std::runtime_error on bad bytes).
   std::string save() const;
   void load(const std::string& bytes);
+
+  // The committed state as named tensors, for checkpoints: "model.<parameter>", and once the
+  // optimizer has stepped "adam.exp_avg.<parameter>", "adam.exp_avg_sq.<parameter>" and
+  // "adam.step.<parameter>" (I64). With shards > 1, only those assign_shards gives to `shard`
+  // are copied. load_tensors takes the union of every shard (throws std::runtime_error on a
+  // missing, extra or misshapen tensor) and sets the step counter to `step`.
+  std::vector<TensorBytes> tensors(std::size_t shard = 0, std::size_t shards = 1) const;
+  void load_tensors(const std::vector<TensorBytes>& tensors, std::uint64_t step);
 
  private:
   struct Impl;
