@@ -8,8 +8,14 @@
 //              time from each fault to the survivors' next commit, attempts and work lost per
 //              failure, step efficiency, healing bandwidth, and sample goodput (committed samples
 //              ÷ what the failure-free run commits in the same wall time)
+//   checkpoint the same training without checkpoints and with one every --ckpt-every steps of a
+//              larger state (--ckpt-hidden): the stall of each (the in-memory copy) as a share
+//              of the step time, the steps' time while a checkpoint persists, and the persist
+//              bandwidth (capture to manifest) beside fio writing the same bytes with as many
+//              jobs, buffered + fsync, in the same directory, before and after
 //
-//   ft_bench [--parts allreduce,faults] [--steps 200] [--fault-every 5.5] [--hidden 512]
+//   ft_bench [--parts allreduce,faults,checkpoint] [--steps 200] [--fault-every 5.5] [--hidden 512]
+//            [--ckpt-hidden 2048] [--ckpt-every 10] [--ckpt-dir ft_bench.ckpt]
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -19,9 +25,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <numeric>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -190,6 +199,87 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
   std::printf("    %zu live replicas at the end, %s\n", s.digests.size(), same ? "bitwise identical" : "DIFFERENT");
 }
 
+// fio writing `bytes` in `jobs` files in `dir`, buffered, fsync of each file at the end: GB/s.
+// fio's JSON leaves the final fsync out of its times, so the time is fio's wall time less that of
+// a run writing 4 KiB (its start-up).
+double fio_gbps(const std::string& dir, std::uint64_t bytes, std::size_t jobs) {
+  auto run = [&](std::uint64_t each, double* bytes_written) {
+    std::string cmd = "fio --name=ckpt --directory=" + dir + " --rw=write --bs=1M --ioengine=psync --end_fsync=1" +
+                      " --fallocate=none --numjobs=" + std::to_string(jobs) + " --size=" + std::to_string(each) +
+                      " --group_reporting --output-format=json 2>/dev/null";
+    auto t0 = Clock::now();
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return 0.0;
+    std::string out;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+    double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    if (j.is_discarded() || !j.contains("jobs")) return 0.0;
+    *bytes_written = j["jobs"][0]["write"]["io_bytes"].get<double>();
+    for (auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().rfind("ckpt.", 0) == 0) std::filesystem::remove(e.path());
+    return wall;
+  };
+  double tiny = 0, written = 0;
+  double start = run(4096, &tiny);
+  double wall = run(std::max<std::uint64_t>(1 << 20, bytes / jobs), &written);
+  return wall > start ? written / (wall - start) / 1e9 : 0;
+}
+
+void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t every, const std::string& dir) {
+  auto procs = this_host().spawn_procs({{"replicas", replicas}}, "ckpt");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::uint64_t state = 0;
+  for (auto& t : train::ReplicaCore(o.model).tensors()) state += t.data.size();
+  std::printf("\ncheckpoint: %zu replicas, %llu steps, MLP hidden %lld, state %.1f MB with Adam, every %llu steps, in %s\n",
+              replicas, static_cast<unsigned long long>(o.steps), static_cast<long long>(o.model.hidden),
+              3.0 * state / 1e6, static_cast<unsigned long long>(every), dir.c_str());
+  auto step_times = [](const train::Summary& s) {
+    std::vector<double> v;
+    for (std::size_t i = 1; i < s.steps.size(); ++i) v.push_back(1e3 * (s.steps[i].seconds - s.steps[i - 1].seconds));
+    return v;
+  };
+  train::Summary plain;
+  {
+    train::FtDdp ddp(procs, o);
+    plain = ddp.run();
+  }
+  double fio_before = fio_gbps(dir, static_cast<std::uint64_t>(3.0 * state), replicas);
+  auto with = o;
+  with.checkpoint.dir = dir + "/run";
+  with.checkpoint.every = every;
+  with.checkpoint.keep = 2;
+  train::Summary ck;
+  {
+    train::FtDdp ddp(procs, with);
+    ck = ddp.run();
+  }
+  double fio_after = fio_gbps(dir, static_cast<std::uint64_t>(3.0 * state), replicas);
+  std::vector<double> stall, persist_gbps, persist_s;
+  for (auto& e : ck.events) {
+    if (e.kind == train::Event::Kind::kCheckpointing) stall.push_back(e.stall_ms);
+    if (e.kind == train::Event::Kind::kCheckpointed) {
+      persist_gbps.push_back(e.bytes / e.seconds / 1e9);
+      persist_s.push_back(e.seconds);
+    }
+  }
+  double step_plain = median(step_times(plain)), step_ck = median(step_times(ck));
+  double stall_ms = median(stall);
+  std::printf("  step time: %.1f ms without checkpoints, %.1f ms with (median); run %.2f s vs %.2f s\n", step_plain,
+              step_ck, plain.seconds, ck.seconds);
+  std::printf("  stall (in-memory copy): %.2f ms median per checkpoint = %.2f%% of a step; %.3f%% of the run\n",
+              stall_ms, 100.0 * stall_ms / step_plain,
+              100.0 * std::accumulate(stall.begin(), stall.end(), 0.0) / 1e3 / ck.seconds);
+  std::printf("  persisted: %zu checkpoints (%zu failed), %.2f s each, %.2f GB/s median (capture to manifest)\n",
+              ck.checkpoints, ck.checkpoint_failures, median(persist_s), median(persist_gbps));
+  std::printf("  fio, the same bytes in %zu jobs, buffered + fsync: %.2f GB/s before, %.2f GB/s after -> ratio %.2f\n",
+              replicas, fio_before, fio_after, median(persist_gbps) / std::max(1e-9, (fio_before + fio_after) / 2));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,7 +299,14 @@ int main(int argc, char** argv) {
   double fault_every = 5.5;
   std::uint64_t seed = 6;
   int iters = 21;
-  app.add_option("--parts", parts, "allreduce,faults");
+  std::int64_t ckpt_hidden = 2048;
+  std::uint64_t ckpt_every = 10, ckpt_steps = 60;
+  std::string ckpt_dir = "ft_bench.ckpt";
+  app.add_option("--parts", parts, "allreduce,faults,checkpoint");
+  app.add_option("--ckpt-hidden", ckpt_hidden, "hidden width of the checkpoint part's model");
+  app.add_option("--ckpt-every", ckpt_every, "steps between checkpoints");
+  app.add_option("--ckpt-steps", ckpt_steps, "steps of the checkpoint part's runs");
+  app.add_option("--ckpt-dir", ckpt_dir, "where the checkpoint part writes (removed after)");
   app.add_option("--replicas", replicas);
   app.add_option("--steps", o.steps);
   app.add_option("--batch", o.batch);
@@ -220,5 +317,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (parts.find("allreduce") != std::string::npos) allreduce_part(iters);
   if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed);
+  if (parts.find("checkpoint") != std::string::npos) {
+    auto c = o;
+    c.model.hidden = ckpt_hidden;
+    c.steps = ckpt_steps;
+    c.end_with_all_replicas = false;
+    checkpoint_part(replicas, c, ckpt_every, ckpt_dir);
+  }
   return 0;
 }

@@ -24,6 +24,7 @@ packages=(
   libtorch-dev                            # libtorch (CPU): the train layer
   libxxhash-dev                           # xxHash: checksums of checkpoint shards
   gnuplot-nox                             # the example trainer's plot of loss and live replicas
+  fio                                     # the floor the checkpoint benchmark's persist is compared with
 )
 
 missing=()

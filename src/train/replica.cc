@@ -133,6 +133,7 @@ struct Replica::Impl {
   ActorRef<StateServer> server;
   std::shared_ptr<CheckpointWriter::Shared> to_write = std::make_shared<CheckpointWriter::Shared>();
   ActorRef<CheckpointWriter> writer;
+  std::string hostname = "127.0.0.1";  // where this replica's collectives listen: its proc's address
 
   // The attempt in progress: its samples, this replica's gradient of them, and the sum.
   struct Pending {
@@ -150,6 +151,14 @@ Replica::Replica(TrainOptions options, ActorRef<StoreActor> store)
 Replica::~Replica() = default;
 
 void Replica::on_start() {
+  // A proc on TCP (a host of its own, a network namespace) is reached at its proc's address;
+  // one on a unix socket shares the controller's loopback.
+  const std::string& addr = Proc::current().id().addr;
+  if (addr.rfind("tcp:", 0) == 0) {
+    auto host = addr.substr(4, addr.rfind(':') - 4);
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (!host.empty()) impl_->hostname = host;
+  }
   impl_->server = spawn<StateServer>("state", impl_->shared);
   impl_->writer = spawn<CheckpointWriter>("checkpoint", impl_->to_write);
 }
@@ -184,7 +193,8 @@ StepReply Replica::step(StepPlan plan) {
     auto c = collective::connect_gloo(m.store, plan.rank, plan.size,
                                       {.prefix = "quorum-" + std::to_string(plan.quorum),
                                        .timeout = m.options.collective_timeout,
-                                       .rendezvous_timeout = m.options.rendezvous_timeout});
+                                       .rendezvous_timeout = m.options.rendezvous_timeout,
+                                       .hostname = m.hostname});
     if (!c.ok()) {
       reply.error = c.error().to_string();
       return reply;

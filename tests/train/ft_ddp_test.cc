@@ -16,59 +16,12 @@
 
 #include "sceptre/sceptre.h"
 #include "sceptre/train/ft_ddp.h"
+#include "train/oracle.h"
 
 namespace sceptre::train {
 namespace {
 
 using namespace std::chrono_literals;
-
-TrainOptions small(std::uint64_t steps) {
-  TrainOptions o;
-  o.model.hidden = 64;
-  o.steps = steps;
-  o.batch = 32;
-  o.min_replicas = 1;
-  o.collective_timeout = 3s;   // sanitizer builds on 2 busy cores
-  o.rendezvous_timeout = 10s;
-  o.chunk_bytes = 16 << 10;    // many chunks, several in flight
-  o.end_with_all_replicas = true;
-  return o;
-}
-
-// Every live replica holds the replay's bits; the committed sample blocks are all different.
-// A resumed run's replay starts with the steps of the run it resumed (`before`, up to its
-// start step).
-void expect_oracle(const TrainOptions& o, const Summary& s, std::size_t min_live,
-                   std::vector<StepRecord> before = {}) {
-  ASSERT_EQ(s.committed, o.steps);
-  ASSERT_GE(s.digests.size(), min_live);
-  ASSERT_GE(before.size(), s.start_step);
-  before.resize(s.start_step);
-  auto all = before;
-  all.insert(all.end(), s.steps.begin(), s.steps.end());
-  ASSERT_EQ(all.size(), s.committed);
-  std::uint64_t expect = replay(o, all);
-  for (auto [replica, digest] : s.digests) {
-    EXPECT_EQ(digest, expect) << "replica " << replica << " differs from the failure-free replay";
-  }
-  std::set<std::uint64_t> blocks;
-  for (auto& r : before)
-    for (auto f : r.first) blocks.insert(f);
-  std::uint64_t committed = 0, highest = 0;
-  for (auto& r : s.steps) {
-    for (auto f : r.first) {
-      EXPECT_TRUE(blocks.insert(f).second) << "sample block " << f << " committed twice";
-      EXPECT_EQ(f % o.batch, 0u);
-      highest = std::max(highest, f / o.batch);
-      ++committed;
-    }
-  }
-  EXPECT_EQ(s.samples, committed * o.batch);
-  // Blocks not committed are only those handed out to the last, unfinished attempts.
-  if (committed > 0) {
-    EXPECT_LE(highest + 1 - blocks.size(), 4u * 2) << "sample blocks were skipped";
-  }
-}
 
 int pid_of(const ProcMesh& procs, std::size_t r) { return procs.pid(r); }
 
@@ -205,10 +158,18 @@ TEST(FtDdpCheckpoint, AKilledJobResumesFromItsCheckpointAsIfNeverStopped) {
   {
     auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-a");
     FtDdp ddp(procs, o);
-    ddp.on_step([&](const StepRecord& r, std::size_t) {
-      if (r.step == 12) ::kill(pid_of(procs, 1), SIGKILL);
+    // A replica killed once the checkpoint of step 10 is on disk (killed while it persists, a
+    // writer abandons that checkpoint: the next test).
+    bool persisted = false, killed = false;
+    ddp.on_event([&](const Event& e) { persisted |= e.kind == Event::Kind::kCheckpointed && e.step == 10; });
+    ddp.on_step([&](const StepRecord&, std::size_t) {
+      if (persisted && !killed) {
+        killed = true;
+        ::kill(pid_of(procs, 1), SIGKILL);
+      }
     });
     first = ddp.run();
+    EXPECT_TRUE(killed);
     expect_oracle(o, first, 2);
     EXPECT_EQ(first.start_step, 0u);
     EXPECT_EQ(first.checkpoints, 3u);  // steps 10, 20 and the end
