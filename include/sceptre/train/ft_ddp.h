@@ -247,7 +247,7 @@ struct Event {
   std::string what;
   std::chrono::steady_clock::time_point when;
   std::uint64_t bytes = 0;  // kJoined: the state fetched, and how long it took; kCheckpointed:
-  double seconds = 0;       // the bytes persisted and the seconds from capture to manifest
+  double seconds = 0;       // the bytes persisted and how long the slowest shard and the manifest took
   double stall_ms = 0;      // kCheckpointing: how long training stood still for the copy
 };
 
