@@ -14,6 +14,7 @@ packages=(
   libcaf-dev                              # CAF (C++ Actor Framework): a peer of the actor benchmark
   libgrpc++-dev protobuf-compiler-grpc    # gRPC: the other peer of the actor benchmark ...
   libprotobuf-dev protobuf-compiler       # ... and the protobuf it generates its stubs with
+  procps                                  # pgrep: the resume test finds the trainer's replica procs
   iproute2 util-linux                     # taskset for pinned benchmarks; ip, unshare, nsenter for hosts in namespaces
   nftables                                # one-way packet drops in the chaos suite
   nlohmann-json3-dev                      # JSON: configuration files
