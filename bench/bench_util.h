@@ -3,7 +3,9 @@
 // one executable with no library of its own.
 #pragma once
 
+#include <fcntl.h>
 #include <sched.h>
+#include <spawn.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -133,6 +135,65 @@ Flat in_child(const std::function<Flat()>& client, const char* program) {
   ::close(fds[0]);
   ::waitpid(pid, nullptr, 0);
   return flat;
+}
+
+// Runs `binary args` under Open MPI's `mpirun` with `np` ranks over TCP on loopback, on every CPU
+// (mpirun would inherit a benchmark's pinning): (true, its output) or (false, why it failed).
+inline std::pair<bool, std::string> run_mpi(const std::string& mpirun, const std::string& binary, int np,
+                                            const std::string& args) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::string cmd = "taskset -c 0-" + std::to_string(cpus > 0 ? cpus - 1 : 0) + " " + mpirun +
+                    " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(np) +
+                    " --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1 " + binary + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {false, "popen failed"};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  int rc = ::pclose(p);
+  if (rc != 0) return {false, "failed (" + std::to_string(rc) + "): " + out};
+  return {true, out};
+}
+
+// The lines of `text` that start with `prefix`.
+inline std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    auto end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(at, prefix.size(), prefix) == 0) lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return lines;
+}
+
+// Starts `args` (args[0] an absolute path) in a process group of its own, stdout to a pipe, stderr
+// to /dev/null: its pid (the group's id, for kill(-pid)) and the pipe's read end, or (-1, nullptr).
+inline std::pair<pid_t, FILE*> spawn_group(std::vector<std::string> args) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {-1, nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    return {-1, nullptr};
+  }
+  return {pid, ::fdopen(fds[0], "r")};
 }
 
 }  // namespace bench

@@ -2,19 +2,24 @@
 //
 //   allreduce  bus bandwidth of the Communicator beside plain Gloo (the same library, called
 //              directly, with no sceptre code around it), 4 MiB and 64 MiB float32, 2 and 4 ranks
-//              (threads of this process, on loopback TCP)
+//              (threads of this process, on loopback TCP), and beside Open MPI's MPI_Allreduce
+//              over TCP (bench/mpi_allreduce, ranks as processes under mpirun)
 //   faults     the same model and step time trained without failures and then with a SIGKILL of
 //              a random replica on a seeded schedule (on average every --fault-every steps):
 //              time from each fault to the survivors' next commit, attempts and work lost per
 //              failure, step efficiency, healing bandwidth, and sample goodput (committed samples
 //              ÷ what the failure-free run commits in the same wall time)
+//   heal       one replica of a large state (--heal-hidden; 1 GB by default) SIGKILLed, and its
+//              replacement healed from a live peer: the transfer's bandwidth with the survivor
+//              waiting (2 replicas, at least 2 needed) and with 2 survivors training on, and their
+//              step time during the heal beside 2 replicas training without faults
 //   checkpoint the same training without checkpoints and with one every --ckpt-every steps of a
 //              larger state (--ckpt-hidden): the stall of each (the in-memory copy) as a share
 //              of the step time, the steps' time while a checkpoint persists, and the persist
 //              bandwidth (capture to manifest) beside fio writing the same bytes with as many
 //              jobs, buffered + fsync, in the same directory, before and after
 //
-//   ft_bench [--parts allreduce,faults,checkpoint] [--steps 200] [--fault-every 5.5] [--hidden 512]
+//   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--hidden 512]
 //            [--ckpt-hidden 2048] [--ckpt-every 10] [--ckpt-dir ft_bench.ckpt]
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
@@ -22,6 +27,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -29,9 +35,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "bench_util.h"
@@ -65,8 +73,22 @@ double time_ranks(std::size_t n, int iters, const std::function<void(std::size_t
 
 void allreduce_part(int iters) {
   std::printf("allreduce bus bandwidth, GB/s (2(n-1)/n x bytes / time; median of %d)\n", iters);
-  std::printf("%-6s %-8s %12s %12s %8s\n", "ranks", "size", "plain gloo", "sceptre", "ratio");
+  std::printf("%-6s %-8s %12s %12s %8s %12s\n", "ranks", "size", "plain gloo", "sceptre", "ratio", "open mpi");
   for (std::size_t n : {2u, 4u}) {
+    // Open MPI over TCP (mpirun, its ranks as processes), both sizes in one launch, before Gloo's.
+    std::map<std::size_t, double> mpi_seconds;
+    std::string mpi_error = "not built";
+#if defined(SCEPTRE_MPIRUN) && defined(SCEPTRE_MPI_ALLREDUCE)
+    auto [ok, out] = bench::run_mpi(SCEPTRE_MPIRUN, SCEPTRE_MPI_ALLREDUCE, static_cast<int>(n),
+                                    std::to_string(iters) + " 4 64");
+    mpi_error = ok ? "no result" : out;
+    for (auto& line : bench::lines_starting(out, "mpi np=")) {
+      int np = 0, mib = 0;
+      double sec = 0;
+      if (std::sscanf(line.c_str(), "mpi np=%d mib=%d seconds=%lf", &np, &mib, &sec) == 3) mpi_seconds[mib] = sec;
+    }
+#endif
+    if (mpi_seconds.empty()) std::printf("open mpi, %zu ranks: %s\n", n, mpi_error.c_str());
     for (std::size_t mib : {4u, 64u}) {
       std::size_t len = mib * (1u << 20) / sizeof(float);
       std::vector<std::vector<float>> data(n, std::vector<float>(len, 1.0f));
@@ -115,11 +137,24 @@ void allreduce_part(int iters) {
       }
       double t_plain = median(tp), t_ours = median(to);
       double bytes = 2.0 * (n - 1) / n * len * sizeof(float);
-      std::printf("%-6zu %4zu MiB %12.3f %12.3f %8.3f\n", n, mib, bytes / t_plain / 1e9, bytes / t_ours / 1e9,
-                  t_plain / t_ours);
+      double mpi = mpi_seconds.count(mib) ? bytes / mpi_seconds[mib] / 1e9 : 0;
+      std::printf("%-6zu %4zu MiB %12.3f %12.3f %8.3f %12.3f\n", n, mib, bytes / t_plain / 1e9, bytes / t_ours / 1e9,
+                  t_plain / t_ours, mpi);
       std::fflush(stdout);
     }
   }
+}
+
+// SIGKILLs `pid` after `delay_ms` (mid-step: the next attempt is under way when it dies) and
+// records the time in `pending`, the kills not yet followed by a commit.
+void kill_soon(int pid, int delay_ms, std::shared_ptr<std::mutex> mu,
+               std::shared_ptr<std::vector<Clock::time_point>> pending) {
+  std::thread([=] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    std::lock_guard lock(*mu);
+    ::kill(pid, SIGKILL);
+    pending->push_back(Clock::now());
+  }).detach();
 }
 
 struct Run {
@@ -147,13 +182,7 @@ Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every,
       auto victim = r.members[rng() % r.members.size()];
       int pid = procs.pid(victim);
       if (pid > 0) {
-        // Mid-step: the next attempt is under way when the replica dies.
-        std::thread([pid, mu, pending, delay = std::uniform_int_distribution<int>(1, 20)(rng)] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-          std::lock_guard lock(*mu);
-          ::kill(pid, SIGKILL);
-          pending->push_back(Clock::now());
-        }).detach();
+        kill_soon(pid, std::uniform_int_distribution<int>(1, 20)(rng), mu, pending);
         ++run.kills;
       }
     }
@@ -162,7 +191,127 @@ Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every,
   return run;
 }
 
-void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every, std::uint64_t seed) {
+// The baseline: the same model, batch, steps and seeded fault schedule under torchrun's launcher
+// with restarts and torch.save checkpoints (bench/torch_elastic_train.py, Debian's python3-torch).
+struct Baseline {
+  bool ok = false;
+  std::string why;
+  std::uint64_t committed = 0, computed = 0;  // the last step reached; steps rank 0 finished
+  double seconds = 0;                         // launch to the last step
+  std::size_t kills = 0, restarts = 0;
+  std::vector<double> recovery_ms, lost;      // per fault: to the next step, committed steps redone
+};
+
+Baseline baseline_run(std::size_t workers, const train::TrainOptions& o, double fault_every, std::uint64_t seed,
+                      std::uint64_t ckpt_every, std::chrono::seconds cap) {
+  Baseline b;
+  char dir_template[] = "/tmp/sceptre-ft-baseline-XXXXXX";
+  if (!::mkdtemp(dir_template)) return b;
+  const std::string dir = dir_template;
+  auto [launcher, out] = bench::spawn_group(
+      {"/usr/bin/python3", std::string(SCEPTRE_SOURCE_DIR) + "/bench/torch_elastic_train.py", dir, "--workers",
+       std::to_string(workers), "--steps", std::to_string(o.steps), "--batch", std::to_string(o.batch), "--hidden",
+       std::to_string(o.model.hidden), "--inputs", std::to_string(o.model.inputs), "--classes",
+       std::to_string(o.model.classes), "--seed", std::to_string(o.model.seed), "--ckpt-every",
+       std::to_string(ckpt_every), "--max-restarts", "1000"});
+  if (!out) {
+    b.why = "could not start python3";
+    return b;
+  }
+  auto t0 = Clock::now();
+  std::thread([pid = launcher, cap] {  // the cap on the whole run: the group is killed after it
+    std::this_thread::sleep_for(cap);
+    ::kill(-pid, SIGKILL);
+  }).detach();
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution fault(fault_every > 0 ? 1.0 / fault_every : 0.0);
+  std::map<int, int> pids;  // rank -> pid, of the workers now running
+  auto mu = std::make_shared<std::mutex>();
+  auto pending = std::make_shared<std::vector<Clock::time_point>>();  // kills not yet followed by a step
+  std::uint64_t before_kill = 0;  // the last step reached before the pending kills
+  bool resumed = false;
+  char line[512];
+  while (std::fgets(line, sizeof line, out)) {
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    if (word == "PID") {
+      int rank = 0, pid = 0;
+      in >> rank >> pid;
+      pids[rank] = pid;
+    } else if (word == "RESUME") {
+      std::uint64_t at = 0;
+      in >> at;
+      ++b.restarts;
+      resumed = true;
+      std::lock_guard lock(*mu);
+      b.lost.push_back(double(before_kill > at ? before_kill - at : 0));
+      b.committed = at;
+    } else if (word == "STEP") {
+      std::uint64_t step = 0;
+      in >> step;
+      auto now = Clock::now();
+      ++b.computed;
+      {
+        std::lock_guard lock(*mu);
+        for (auto t : *pending) b.recovery_ms.push_back(std::chrono::duration<double, std::milli>(now - t).count());
+        if (!pending->empty() && !resumed) b.lost.push_back(double(before_kill));  // restarted from step 0
+        pending->clear();
+        resumed = false;
+      }
+      b.committed = step;
+      b.seconds = std::chrono::duration<double>(now - t0).count();
+      if (fault_every > 0 && fault(rng) && pids.size() == workers) {
+        int pid = pids[static_cast<int>(rng() % workers)];
+        pids.clear();  // the launcher restarts them all
+        std::lock_guard lock(*mu);
+        before_kill = step;
+        kill_soon(pid, std::uniform_int_distribution<int>(1, 20)(rng), mu, pending);
+        ++b.kills;
+      }
+    } else if (word == "END") {
+      b.ok = b.committed == o.steps;
+    } else if (word == "FAILED") {
+      b.why = std::string("the launcher gave up: ") + line;
+    }
+  }
+  ::kill(-launcher, SIGKILL);
+  std::fclose(out);
+  ::waitpid(launcher, nullptr, 0);
+  if (!b.ok && b.why.empty()) b.why = "stopped at the cap of " + std::to_string(cap.count()) + " s";
+  std::filesystem::remove_all(dir);
+  return b;
+}
+
+void baseline_part(std::size_t workers, const train::TrainOptions& o, double fault_every, std::uint64_t seed,
+                   std::uint64_t ckpt_every, std::chrono::seconds cap) {
+  std::printf("  torchrun-style baseline (torch.distributed.elastic launcher, DDP over Gloo, torch.save every %llu "
+              "steps, monitor interval 5 s):\n",
+              static_cast<unsigned long long>(ckpt_every));
+  auto clean = baseline_run(workers, o, 0, seed, ckpt_every, cap);
+  if (!clean.ok) {
+    std::printf("    failure-free run failed: %s\n", clean.why.c_str());
+    return;
+  }
+  double rate = double(clean.committed) * o.batch * workers / clean.seconds;
+  std::printf("    failure-free: %llu steps in %.2f s from launch, %.0f samples/s\n",
+              static_cast<unsigned long long>(clean.committed), clean.seconds, rate);
+  auto f = baseline_run(workers, o, fault_every, seed, ckpt_every, cap);
+  auto [p50, p99] = bench::percentiles(f.recovery_ms);
+  std::printf("    with faults: %zu kills, %zu restarts of all %zu workers, %llu of %llu steps in %.2f s%s%s\n", f.kills,
+              f.restarts, workers, static_cast<unsigned long long>(f.committed),
+              static_cast<unsigned long long>(o.steps), f.seconds, f.ok ? "" : " -- ", f.ok ? "" : f.why.c_str());
+  std::printf("    fault -> next committed step: p50 %.1f ms, p99 %.1f ms\n", p50, p99);
+  std::printf("    committed steps lost per failure: %.1f mean (redone after restoring the last checkpoint)\n",
+              f.lost.empty() ? 0.0 : std::accumulate(f.lost.begin(), f.lost.end(), 0.0) / f.lost.size());
+  std::printf("    step efficiency (committed / computed steps): %.1f%%\n",
+              100.0 * f.committed / std::max<std::uint64_t>(1, f.computed + f.kills));
+  std::printf("    sample goodput: %.1f%% (failure-free rate %.0f/s)\n",
+              100.0 * f.committed * o.batch * workers / (rate * std::max(1e-9, f.seconds)), rate);
+}
+
+void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every, std::uint64_t seed,
+                 std::uint64_t baseline_ckpt_every, std::chrono::seconds baseline_cap) {
   auto procs = this_host().spawn_procs({{"replicas", replicas}}, "bench");
   std::printf("\nfaults: %zu replicas, %llu steps, batch %llu, MLP hidden %lld (%zu parameters)\n", replicas,
               static_cast<unsigned long long>(o.steps), static_cast<unsigned long long>(o.batch),
@@ -197,6 +346,88 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
   std::uint64_t d0 = s.digests.empty() ? 0 : s.digests.begin()->second;
   bool same = std::all_of(s.digests.begin(), s.digests.end(), [&](auto& d) { return d.second == d0; });
   std::printf("    %zu live replicas at the end, %s\n", s.digests.size(), same ? "bitwise identical" : "DIFFERENT");
+  if (baseline_cap.count() > 0) baseline_part(replicas, o, fault_every, seed, baseline_ckpt_every, baseline_cap);
+}
+
+// One replica SIGKILLed after step `kill_after`; the replacement heals from a live peer. Returns
+// the run's summary and the commit times of every step (this process's clock).
+struct HealRun {
+  train::Summary summary;
+  std::vector<Clock::time_point> commits;
+  Clock::time_point killed;
+};
+
+HealRun heal_run(ProcMesh& procs, const train::TrainOptions& o, std::uint64_t kill_after) {
+  HealRun run;
+  train::FtDdp ddp(procs, o);
+  ddp.on_step([&](const train::StepRecord& r, std::size_t) {
+    run.commits.push_back(Clock::now());
+    if (r.step == kill_after && r.members.size() > 1) {
+      if (int pid = procs.pid(r.members.back()); pid > 0) ::kill(pid, SIGKILL);
+      run.killed = Clock::now();
+    }
+  });
+  run.summary = ddp.run();
+  return run;
+}
+
+void heal_part(train::TrainOptions o, std::uint64_t steps) {
+  o.steps = steps;
+  o.end_with_all_replicas = true;
+  o.collective_timeout = 30s;
+  o.step_timeout = 120s;
+  std::uint64_t state = 0;
+  for (auto& t : train::ReplicaCore(o.model).tensors()) state += t.data.size();
+  std::printf("\nheal: MLP hidden %lld, state %.1f MB with Adam's, batch %llu, chunks of %.0f MiB, %zu in flight\n",
+              static_cast<long long>(o.model.hidden), 3.0 * state / 1e6, static_cast<unsigned long long>(o.batch),
+              o.chunk_bytes / 1048576.0, o.chunks_in_flight);
+  auto joined = [](const train::Summary& s, const char* label) {
+    const train::Event* started = nullptr;
+    for (auto& e : s.events) {
+      if (e.kind == train::Event::Kind::kHealing) started = &e;
+      if (e.kind == train::Event::Kind::kJoined && started) {
+        double wall = std::chrono::duration<double>(e.when - started->when).count();
+        std::printf("  %s: %.1f MB fetched in %.3f s = %.2f GB/s; healing began -> joined %.3f s\n", label,
+                    e.bytes / 1e6, e.seconds, e.bytes / e.seconds / 1e9, wall);
+        return std::make_pair(started->when, e.when);
+      }
+    }
+    std::printf("  %s: no heal happened\n", label);
+    return std::make_pair(Clock::time_point{}, Clock::time_point{});
+  };
+  auto durations = [](const HealRun& r, Clock::time_point from, Clock::time_point to) {
+    std::vector<double> ms;  // steps whose interval overlaps [from, to]
+    for (std::size_t i = 1; i < r.commits.size(); ++i)
+      if (r.commits[i] > from && r.commits[i - 1] < to)
+        ms.push_back(std::chrono::duration<double, std::milli>(r.commits[i] - r.commits[i - 1]).count());
+    return ms;
+  };
+  {
+    // Idle: 2 replicas, at least 2 needed, so the survivor waits while its peer heals.
+    auto procs = this_host().spawn_procs({{"replicas", 2}}, "heal-idle");
+    auto idle = o;
+    idle.min_replicas = 2;
+    auto r = heal_run(procs, idle, 2);
+    joined(r.summary, "survivor paused (min 2 of 2)");
+  }
+  // Under training: 3 replicas, the 2 survivors train on while the third heals. Their step time
+  // during the heal beside a run of 2 replicas that lose nobody.
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "heal");
+  auto two = o;
+  std::vector<double> base;
+  {
+    auto pair = this_host().spawn_procs({{"replicas", 2}}, "heal-base");
+    auto b = heal_run(pair, two, steps + 1);  // nobody killed
+    base = durations(b, b.commits.front(), b.commits.back());
+  }
+  auto busy = o;
+  busy.min_replicas = 1;
+  auto r = heal_run(procs, busy, 2);
+  auto [from, to] = joined(r.summary, "survivors training (2 of 3)");
+  auto during = durations(r, from, to);
+  std::printf("  survivors' step: %.0f ms (median of %zu overlapping the heal) vs %.0f ms for 2 replicas without "
+              "faults -> %+.1f%%\n",
+              median(during), during.size(), median(base), 100.0 * (median(during) / median(base) - 1));
 }
 
 // fio writing `bytes` in `jobs` files in `dir`, buffered, fsync of each file at the end: GB/s.
@@ -303,7 +534,16 @@ int main(int argc, char** argv) {
   std::int64_t ckpt_hidden = 2048;
   std::uint64_t ckpt_every = 10, ckpt_steps = 60;
   std::string ckpt_dir = "ft_bench.ckpt";
-  app.add_option("--parts", parts, "allreduce,faults,checkpoint");
+  std::uint64_t baseline_ckpt_every = 10;
+  int baseline_cap = 300;
+  std::int64_t heal_hidden = 9100;
+  std::uint64_t heal_batch = 8, heal_steps = 8;
+  app.add_option("--parts", parts, "allreduce,faults,heal,checkpoint");
+  app.add_option("--baseline-ckpt-every", baseline_ckpt_every, "the torchrun baseline's steps between torch.save");
+  app.add_option("--baseline-cap", baseline_cap, "seconds the torchrun baseline may run (0: not run)");
+  app.add_option("--heal-hidden", heal_hidden, "hidden width of the heal part's model (9100: a 1 GB state)");
+  app.add_option("--heal-batch", heal_batch, "batch of the heal part");
+  app.add_option("--heal-steps", heal_steps, "steps of the heal part's runs");
   app.add_option("--ckpt-hidden", ckpt_hidden, "hidden width of the checkpoint part's model");
   app.add_option("--ckpt-every", ckpt_every, "steps between checkpoints");
   app.add_option("--ckpt-steps", ckpt_steps, "steps of the checkpoint part's runs");
@@ -317,7 +557,13 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "allreduce repetitions");
   CLI11_PARSE(app, argc, argv);
   if (parts.find("allreduce") != std::string::npos) allreduce_part(iters);
-  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed);
+  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed, baseline_ckpt_every, std::chrono::seconds(baseline_cap));
+  if (parts.find("heal") != std::string::npos) {
+    auto h = o;
+    h.model.hidden = heal_hidden;
+    h.batch = heal_batch;
+    heal_part(h, heal_steps);
+  }
   if (parts.find("checkpoint") != std::string::npos) {
     auto c = o;
     c.model.hidden = ckpt_hidden;

@@ -125,22 +125,14 @@ Series measure(int iterations, std::int64_t expect, F&& call) {
   return r;
 }
 
-std::string mpi_line(const std::string& mpirun, const std::string& binary, int np, int iterations) {
-  // mpirun would inherit the controller's pinning to CPU 0; MPI's ranks may use every CPU.
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  std::string cmd = "taskset -c 0-" + std::to_string(cpus > 0 ? cpus - 1 : 0) + " " + mpirun + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(np) +
-                    " --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1 " + binary + " " +
-                    std::to_string(iterations) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return "popen failed";
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  int rc = ::pclose(p);
-  if (rc != 0) return "failed (" + std::to_string(rc) + "): " + out;
-  auto at = out.find("mpi np=");
-  return at == std::string::npos ? "no result: " + out : out.substr(at, out.find('\n', at) - at);
+
+#ifdef SCEPTRE_MPIRUN
+std::string mpi_line(int np, int iterations) {
+  auto [ok, out] = bench::run_mpi(SCEPTRE_MPIRUN, SCEPTRE_MPI_BENCH, np, std::to_string(iterations));
+  auto lines = bench::lines_starting(out, "mpi np=");
+  return !ok ? out : lines.empty() ? "no result: " + out : lines[0];
 }
+#endif
 
 }  // namespace
 
@@ -234,7 +226,7 @@ int main(int argc, char** argv) {
   if (!no_mpi) {
     std::printf("\nreference: Open MPI bcast + reduce of 64 B over TCP (busy-polling; not a target)\n");
     for (int np : {2, 4, 16}) {
-      std::printf("  %s\n", mpi_line(SCEPTRE_MPIRUN, SCEPTRE_MPI_BENCH, np, np > 2 ? mpi_iterations / 10 : mpi_iterations).c_str());
+      std::printf("  %s\n", mpi_line(np, np > 2 ? mpi_iterations / 10 : mpi_iterations).c_str());
       std::fflush(stdout);
     }
   }

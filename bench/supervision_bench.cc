@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_util.h"
 #include "chaos/chaos_trials.h"
 #include "sceptre/sceptre.h"
 
@@ -42,29 +43,10 @@ std::optional<double> peer_trial(const std::string& script, const std::string& f
   char dir_template[] = "/tmp/sceptre-peer-XXXXXX";
   if (!::mkdtemp(dir_template)) return std::nullopt;
   const std::string dir = dir_template;
-  int fds[2];
-  if (::pipe(fds) != 0) return std::nullopt;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);  // its tracebacks
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  std::string py = "/usr/bin/python3";  // Debian's, which has python3-torch
-  std::vector<std::string> args{py, script, dir};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t launcher = 0;
-  int rc = ::posix_spawn(&launcher, py.c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(fds[1]);
-  if (rc != 0) return std::nullopt;
-  FILE* out = ::fdopen(fds[0], "r");
+  auto spawned = bench::spawn_group({"/usr/bin/python3", script, dir});  // Debian's: python3-torch
+  pid_t launcher = spawned.first;
+  FILE* out = spawned.second;
+  if (!out) return std::nullopt;
   std::optional<double> noticed;
   pid_t worker = 0;
   char line[512];
