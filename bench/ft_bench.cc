@@ -425,9 +425,13 @@ void heal_part(train::TrainOptions o, std::uint64_t steps) {
   auto r = heal_run(procs, busy, 2);
   auto [from, to] = joined(r.summary, "survivors training (2 of 3)");
   auto during = durations(r, from, to);
-  std::printf("  survivors' step: %.0f ms (median of %zu overlapping the heal) vs %.0f ms for 2 replicas without "
-              "faults -> %+.1f%%\n",
-              median(during), during.size(), median(base), 100.0 * (median(during) / median(base) - 1));
+  if (during.empty()) {
+    std::printf("  survivors' step: no step overlapped the heal (more --heal-steps)\n");
+  } else {
+    std::printf("  survivors' step: %.0f ms (median of %zu overlapping the heal) vs %.0f ms for 2 replicas without "
+                "faults -> %+.1f%%\n",
+                median(during), during.size(), median(base), 100.0 * (median(during) / median(base) - 1));
+  }
 }
 
 // fio writing `bytes` in `jobs` files in `dir`, buffered, fsync of each file at the end: GB/s.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -134,6 +135,17 @@ struct Replica::Impl {
   std::shared_ptr<CheckpointWriter::Shared> to_write = std::make_shared<CheckpointWriter::Shared>();
   ActorRef<CheckpointWriter> writer;
   std::string hostname = "127.0.0.1";  // where this replica's collectives listen: its proc's address
+  // One state-sized buffer, for the snapshots this replica serves and the heal it receives. Its
+  // pages are touched once, in the background from the start: first touches of new memory are
+  // slower than the transfer itself (0.3 GB/s on this VM, against ~10 GB/s for a copy).
+  std::future<std::shared_ptr<std::string>> touching;
+  std::shared_ptr<std::string> buffer;
+
+  std::shared_ptr<std::string> transfer_buffer() {
+    if (touching.valid()) buffer = touching.get();
+    if (!buffer || buffer.use_count() > 1) buffer = std::make_shared<std::string>();  // still being served
+    return buffer;
+  }
 
   // The attempt in progress: its samples, this replica's gradient of them, and the sum.
   struct Pending {
@@ -159,6 +171,11 @@ void Replica::on_start() {
     if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
     if (!host.empty()) impl_->hostname = host;
   }
+  impl_->touching = std::async(std::launch::async, [size = impl_->core.state_bytes()] {
+    auto b = std::make_shared<std::string>();
+    b->resize(size);
+    return b;
+  });
   impl_->server = spawn<StateServer>("state", impl_->shared);
   impl_->writer = spawn<CheckpointWriter>("checkpoint", impl_->to_write);
 }
@@ -235,7 +252,9 @@ Committed Replica::digest() { return Committed{impl_->core.step(), impl_->core.d
 
 Snapshot Replica::snapshot() {
   auto& m = *impl_;
-  auto bytes = std::make_shared<const std::string>(m.core.save());
+  auto buffer = m.transfer_buffer();
+  m.core.save(*buffer);
+  std::shared_ptr<const std::string> bytes = buffer;
   std::lock_guard lock(m.shared->mu);
   m.shared->step = m.core.step();
   m.shared->bytes = bytes;
@@ -257,7 +276,9 @@ HealReport Replica::heal(Snapshot from) {
   auto& m = *impl_;
   auto t0 = Clock::now();
   std::uint64_t chunks = from.chunk_bytes ? (from.bytes + from.chunk_bytes - 1) / from.chunk_bytes : 0;
-  std::string bytes(from.bytes, '\0');
+  auto buffer = m.transfer_buffer();
+  std::string& bytes = *buffer;
+  bytes.resize(from.bytes);
   std::vector<std::pair<std::uint64_t, Future<wire::Part>>> flight;
   std::uint64_t next = 0;
   auto window = std::max<std::size_t>(1, m.options.chunks_in_flight);

@@ -132,6 +132,17 @@ std::uint64_t ReplicaCore::digest() const {
 }
 
 std::string ReplicaCore::save() const {
+  std::string out;
+  save(out);
+  return out;
+}
+
+std::size_t ReplicaCore::state_bytes() const {
+  auto n = impl_->model->parameters().size();
+  return 4 + sizeof(kVersion) + 8 + 8 + 3 * n * 8 + 3 * parameter_count() * sizeof(float) + n * 8;
+}
+
+void ReplicaCore::save(std::string& out) const {
   auto& m = *impl_;
   auto params = m.model->parameters();
   std::vector<torch::Tensor> tensors(params.begin(), params.end());
@@ -145,7 +156,7 @@ std::string ReplicaCore::save() const {
       adam_steps.push_back(s->step());
     }
   }
-  std::string out;
+  out.clear();
   put(out, kMagic, 4);
   put(out, kVersion);
   put(out, m.step);
@@ -156,7 +167,6 @@ std::string ReplicaCore::save() const {
     put(out, c.data_ptr<float>(), static_cast<std::size_t>(c.numel()) * sizeof(float));
   }
   for (auto s : adam_steps) put(out, s);
-  return out;
 }
 
 void ReplicaCore::load(const std::string& bytes) {
@@ -175,32 +185,43 @@ void ReplicaCore::load(const std::string& bytes) {
     throw std::runtime_error("replica state: " + std::to_string(count) + " tensors for a model of " +
                              std::to_string(params.size()) + " parameters");
   }
-  std::vector<torch::Tensor> loaded;
+  // First the whole layout is checked (nothing changes on an error), then the bytes are copied
+  // once, straight into the parameters and into new optimizer state: on a VM, first touches of
+  // new memory cost more than the copy, so no staging tensors.
+  std::vector<std::size_t> offsets;
   for (std::uint64_t i = 0; i < count; ++i) {
     auto n = r.get<std::uint64_t>();
     // Parameters first, then each parameter's exp_avg and exp_avg_sq.
     const auto& like = params[i < params.size() ? i : (i - params.size()) / 2];
-    auto shape = like.sizes();
     if (n != static_cast<std::uint64_t>(like.numel())) {
       throw std::runtime_error("replica state: tensor " + std::to_string(i) + " has " + std::to_string(n) + " elements");
     }
-    auto t = torch::empty(shape, torch::kFloat32);
-    r.take(t.data_ptr<float>(), n * sizeof(float));
-    loaded.push_back(t);
+    if (n * sizeof(float) > bytes.size() - r.at) throw std::runtime_error("replica state: truncated at byte " + std::to_string(r.at));
+    offsets.push_back(r.at);
+    r.at += n * sizeof(float);
   }
   std::vector<std::int64_t> adam_steps;
   if (count == 3 * params.size()) {
     for (std::size_t i = 0; i < params.size(); ++i) adam_steps.push_back(r.get<std::int64_t>());
   }
   if (r.at != bytes.size()) throw std::runtime_error("replica state: trailing bytes");
+  auto tensor_at = [&](std::size_t i, const torch::Tensor& like) {
+    auto t = torch::empty(like.sizes(), torch::kFloat32);
+    std::memcpy(t.data_ptr<float>(), bytes.data() + offsets[i], static_cast<std::size_t>(t.numel()) * sizeof(float));
+    return t;
+  };
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(loaded[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto c = params[i].contiguous();  // the model's own storage
+    std::memcpy(c.data_ptr<float>(), bytes.data() + offsets[i], static_cast<std::size_t>(c.numel()) * sizeof(float));
+    if (!c.is_same(params[i])) params[i].copy_(c);
+  }
   m.optimizer->state().clear();
   for (std::size_t i = 0; i < adam_steps.size(); ++i) {
     auto s = std::make_unique<torch::optim::AdamParamState>();
     s->step(adam_steps[i]);
-    s->exp_avg(loaded[params.size() + 2 * i].clone());
-    s->exp_avg_sq(loaded[params.size() + 2 * i + 1].clone());
+    s->exp_avg(tensor_at(params.size() + 2 * i, params[i]));
+    s->exp_avg_sq(tensor_at(params.size() + 2 * i + 1, params[i]));
     m.optimizer->state()[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(s);
   }
   m.step = step;

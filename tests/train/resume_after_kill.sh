@@ -4,6 +4,7 @@
 # checkpoint, and run it again: it must resume from the newest complete, uncorrupted checkpoint
 # with a warning for each one it passes over, and finish with bitwise identical replicas.
 set -euo pipefail
+trap 'echo "resume_after_kill.sh: failed at line $LINENO: $BASH_COMMAND"' ERR
 ft_train=$1
 out=$(mktemp -d /tmp/sceptre-resume-XXXXXX)
 trap 'kill -9 "${pid:-0}" 2>/dev/null || true; rm -rf "$out"' EXIT

@@ -47,6 +47,10 @@ class ReplicaCore {
   std::uint64_t digest() const;
   // The whole committed state as bytes, and back (load throws std::runtime_error on bad bytes).
   std::string save() const;
+  // The same into `out` (its capacity kept: memory already touched is reused).
+  void save(std::string& out) const;
+  // The size of save() once the optimizer has stepped (parameters and Adam's state).
+  std::size_t state_bytes() const;
   void load(const std::string& bytes);
 
   // The committed state as named tensors, for checkpoints: "model.<parameter>", and once the
