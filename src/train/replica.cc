@@ -135,16 +135,14 @@ struct Replica::Impl {
   std::shared_ptr<CheckpointWriter::Shared> to_write = std::make_shared<CheckpointWriter::Shared>();
   ActorRef<CheckpointWriter> writer;
   std::string hostname = "127.0.0.1";  // where this replica's collectives listen: its proc's address
-  // One state-sized buffer, for the snapshots this replica serves and the heal it receives. Its
-  // pages are touched once, in the background from the start: first touches of new memory are
-  // slower than the transfer itself (0.3 GB/s on this VM, against ~10 GB/s for a copy).
+  // One state-sized buffer whose pages are touched in the background from the start, for this
+  // replica's first snapshot or heal (a replacement's heal): on this VM first touches of new
+  // memory are slower than the transfer itself (0.3 GB/s, against ~10 GB/s for a copy). Later
+  // ones get new buffers: a served snapshot's bytes may still be read by a sending thread.
   std::future<std::shared_ptr<std::string>> touching;
-  std::shared_ptr<std::string> buffer;
 
   std::shared_ptr<std::string> transfer_buffer() {
-    if (touching.valid()) buffer = touching.get();
-    if (!buffer || buffer.use_count() > 1) buffer = std::make_shared<std::string>();  // still being served
-    return buffer;
+    return touching.valid() ? touching.get() : std::make_shared<std::string>();
   }
 
   // The attempt in progress: its samples, this replica's gradient of them, and the sum.

@@ -34,7 +34,9 @@ for _ in $(seq 1 300); do
 done
 if alive; then echo "replicas of the killed job are still running"; kill -9 "${replicas[@]}" 2>/dev/null; exit 1; fi
 
-complete=($(ls -d "$ck"/step-* | while read -r d; do [ -f "$d/manifest.json" ] && echo "$d"; done))
+# (An `if`, not `[ ] && echo`: a newest directory still being written, without a manifest, would
+# end the loop with a failure and, under pipefail, the script.)
+complete=($(for d in "$ck"/step-*; do if [ -f "$d/manifest.json" ]; then echo "$d"; fi; done))
 newest=${complete[-1]}
 older=${complete[-2]}
 # The newest complete one gets a flipped byte in a shard (same size: only its checksum tells).
