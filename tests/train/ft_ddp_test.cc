@@ -218,12 +218,19 @@ TEST(FtDdpCheckpoint, AWriterKilledWhilePersistingAbandonsOnlyThatCheckpoint) {
   });
   Summary s = ddp.run();
   EXPECT_TRUE(killed);
-  EXPECT_EQ(s.checkpoint_failures, 1u);
+  // Under load, checkpoint 20 may be skipped (and reported) if replica 2's death is noticed only
+  // after step 20: until then checkpoint 10 counts as still being written.
+  std::size_t skipped = 0;
   bool abandoned = false;
-  for (auto& e : s.events) abandoned |= e.kind == Event::Kind::kCheckpointFailed && e.step == 10;
+  for (auto& e : s.events) {
+    abandoned |= e.kind == Event::Kind::kCheckpointFailed && e.step == 10;
+    skipped += e.kind == Event::Kind::kCheckpointFailed && e.what.find("skipped") != std::string::npos;
+  }
+  EXPECT_LE(skipped, 1u);
+  EXPECT_EQ(s.checkpoint_failures, 1u + skipped);
   EXPECT_TRUE(abandoned);
   EXPECT_FALSE(std::filesystem::exists(dir.path + "/" + checkpoint_name(10))) << "the abandoned files stayed";
-  EXPECT_EQ(s.checkpoints, 3u);  // 20, 30 and the end
+  EXPECT_EQ(s.checkpoints, 3u - skipped);  // 20 (unless skipped), 30 and the end
   expect_oracle(o, s, 2);
   auto found = find_checkpoints(dir.path, nullptr);
   ASSERT_FALSE(found.empty());
