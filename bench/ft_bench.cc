@@ -354,7 +354,6 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
 struct HealRun {
   train::Summary summary;
   std::vector<Clock::time_point> commits;
-  Clock::time_point killed;
 };
 
 HealRun heal_run(ProcMesh& procs, const train::TrainOptions& o, std::uint64_t kill_after) {
@@ -364,7 +363,6 @@ HealRun heal_run(ProcMesh& procs, const train::TrainOptions& o, std::uint64_t ki
     run.commits.push_back(Clock::now());
     if (r.step == kill_after && r.members.size() > 1) {
       if (int pid = procs.pid(r.members.back()); pid > 0) ::kill(pid, SIGKILL);
-      run.killed = Clock::now();
     }
   });
   run.summary = ddp.run();
@@ -376,10 +374,8 @@ void heal_part(train::TrainOptions o, std::uint64_t steps) {
   o.end_with_all_replicas = true;
   o.collective_timeout = 30s;
   o.step_timeout = 120s;
-  std::uint64_t state = 0;
-  for (auto& t : train::ReplicaCore(o.model).tensors()) state += t.data.size();
   std::printf("\nheal: MLP hidden %lld, state %.1f MB with Adam's, batch %llu, chunks of %.0f MiB, %zu in flight\n",
-              static_cast<long long>(o.model.hidden), 3.0 * state / 1e6, static_cast<unsigned long long>(o.batch),
+              static_cast<long long>(o.model.hidden), train::ReplicaCore(o.model).state_bytes() / 1e6, static_cast<unsigned long long>(o.batch),
               o.chunk_bytes / 1048576.0, o.chunks_in_flight);
   auto joined = [](const train::Summary& s, const char* label) {
     const train::Event* started = nullptr;
@@ -412,14 +408,13 @@ void heal_part(train::TrainOptions o, std::uint64_t steps) {
   }
   // Under training: 3 replicas, the 2 survivors train on while the third heals. Their step time
   // during the heal beside a run of 2 replicas that lose nobody.
-  auto procs = this_host().spawn_procs({{"replicas", 3}}, "heal");
-  auto two = o;
   std::vector<double> base;
   {
     auto pair = this_host().spawn_procs({{"replicas", 2}}, "heal-base");
-    auto b = heal_run(pair, two, steps + 1);  // nobody killed
+    auto b = heal_run(pair, o, steps + 1);  // nobody killed
     base = durations(b, b.commits.front(), b.commits.back());
   }
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "heal");
   auto busy = o;
   busy.min_replicas = 1;
   auto r = heal_run(procs, busy, 2);

@@ -36,10 +36,12 @@ void put(std::string& out, T v) {
 struct Reader {
   const std::string& in;
   std::size_t at = 0;
-  void take(void* p, std::size_t n) {
+  void take(void* p, std::size_t n) { std::memcpy(p, in.data() + skip(n), n); }
+  // Passes over `n` bytes; where they begin.
+  std::size_t skip(std::size_t n) {
     if (n > in.size() - at) throw std::runtime_error("replica state: truncated at byte " + std::to_string(at));
-    std::memcpy(p, in.data() + at, n);
     at += n;
+    return at - n;
   }
   template <class T>
   T get() {
@@ -137,6 +139,7 @@ std::string ReplicaCore::save() const {
   return out;
 }
 
+// save()'s layout: magic, version, step, count; per tensor its length and floats; Adam's steps.
 std::size_t ReplicaCore::state_bytes() const {
   auto n = impl_->model->parameters().size();
   return 4 + sizeof(kVersion) + 8 + 8 + 3 * n * 8 + 3 * parameter_count() * sizeof(float) + n * 8;
@@ -196,26 +199,23 @@ void ReplicaCore::load(const std::string& bytes) {
     if (n != static_cast<std::uint64_t>(like.numel())) {
       throw std::runtime_error("replica state: tensor " + std::to_string(i) + " has " + std::to_string(n) + " elements");
     }
-    if (n * sizeof(float) > bytes.size() - r.at) throw std::runtime_error("replica state: truncated at byte " + std::to_string(r.at));
-    offsets.push_back(r.at);
-    r.at += n * sizeof(float);
+    offsets.push_back(r.skip(n * sizeof(float)));
   }
   std::vector<std::int64_t> adam_steps;
   if (count == 3 * params.size()) {
     for (std::size_t i = 0; i < params.size(); ++i) adam_steps.push_back(r.get<std::int64_t>());
   }
   if (r.at != bytes.size()) throw std::runtime_error("replica state: trailing bytes");
-  auto tensor_at = [&](std::size_t i, const torch::Tensor& like) {
-    auto t = torch::empty(like.sizes(), torch::kFloat32);
+  auto fill = [&](torch::Tensor t, std::size_t i) {  // t: contiguous float32, of tensor i's size
     std::memcpy(t.data_ptr<float>(), bytes.data() + offsets[i], static_cast<std::size_t>(t.numel()) * sizeof(float));
     return t;
   };
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    auto c = params[i].contiguous();  // the model's own storage
-    std::memcpy(c.data_ptr<float>(), bytes.data() + offsets[i], static_cast<std::size_t>(c.numel()) * sizeof(float));
+    auto c = fill(params[i].contiguous(), i);  // the model's own storage
     if (!c.is_same(params[i])) params[i].copy_(c);
   }
+  auto tensor_at = [&](std::size_t i, const torch::Tensor& like) { return fill(torch::empty(like.sizes(), torch::kFloat32), i); };
   m.optimizer->state().clear();
   for (std::size_t i = 0; i < adam_steps.size(); ++i) {
     auto s = std::make_unique<torch::optim::AdamParamState>();
