@@ -24,6 +24,7 @@ packages=(
   libgloo-dev                             # Gloo: the CPU collective backend (collective layer)
   libtorch-dev                            # libtorch (CPU): the train layer
   libxxhash-dev                           # xxHash: checksums of checkpoint shards
+  libgoogle-perftools-dev                 # tcmalloc: the allocator of the programs that train
   gnuplot-nox                             # the example trainer's plot of loss and live replicas
   fio                                     # the floor the checkpoint benchmark's persist is compared with
 )
