@@ -3,7 +3,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -12,20 +14,12 @@ namespace sceptre::train {
 
 namespace {
 
-constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr std::uint64_t kFnvPrime = 1099511628211ull;
-
-std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
-
-// The state format: "SCPT" u32 version, u64 step, u64 tensors; then per tensor u64 elements
-// and its float32 bytes: every parameter, then (once the optimizer has stepped) each parameter's
-// Adam exp_avg and exp_avg_sq, and an i64 Adam step count per parameter.
+// The state format: the header, "SCPT" u32 version, u64 step, u64 tensors, u64 elements of each
+// tensor and an i64 Adam step count per parameter; then the float32 bytes of every tensor, in
+// order: every parameter, then each parameter's Adam exp_avg and exp_avg_sq. The header first,
+// so that a healer can check it and then copy the data straight into its own tensors.
 constexpr char kMagic[4] = {'S', 'C', 'P', 'T'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 
 void put(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
 template <class T>
@@ -34,14 +28,12 @@ void put(std::string& out, T v) {
 }
 
 struct Reader {
-  const std::string& in;
+  std::string_view in;
   std::size_t at = 0;
-  void take(void* p, std::size_t n) { std::memcpy(p, in.data() + skip(n), n); }
-  // Passes over `n` bytes; where they begin.
-  std::size_t skip(std::size_t n) {
+  void take(void* p, std::size_t n) {
     if (n > in.size() - at) throw std::runtime_error("replica state: truncated at byte " + std::to_string(at));
+    std::memcpy(p, in.data() + at, n);
     at += n;
-    return at - n;
   }
   template <class T>
   T get() {
@@ -59,6 +51,21 @@ struct ReplicaCore::Impl {
   std::unique_ptr<torch::optim::Adam> optimizer;
   torch::Tensor teacher;
   std::uint64_t step = 0;
+  // The committed state, in the order of the format: the parameters, then each one's Adam
+  // exp_avg and exp_avg_sq. Adam's state is made at the start (zeros at step 0, what Adam makes
+  // on its first step), so loading a state copies into memory that is already there.
+  std::vector<torch::Tensor> state;
+  std::vector<torch::optim::AdamParamState*> adam;  // per parameter, owned by the optimizer
+  std::vector<std::size_t> ends;                    // byte offset where each state tensor's data ends
+  std::size_t header_bytes = 0;
+
+  // An in-place load under way (load_begin .. load_end).
+  struct Loading {
+    bool active = false;
+    std::uint64_t step = 0;
+    std::vector<std::int64_t> adam_steps;
+    std::size_t copied = 0;
+  } loading;
 
   explicit Impl(const ModelSpec& s) : spec(s) {
     torch::NoGradGuard no_grad;
@@ -74,13 +81,91 @@ struct ReplicaCore::Impl {
     }
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
                                                      torch::optim::AdamOptions(spec.learning_rate));
+    auto params = model->parameters();
+    for (auto& p : params) {
+      auto s = std::make_unique<torch::optim::AdamParamState>();
+      s->step(0);
+      s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      adam.push_back(s.get());
+      optimizer->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(s);
+    }
+    state.assign(params.begin(), params.end());
+    for (auto* a : adam) {
+      state.push_back(a->exp_avg());
+      state.push_back(a->exp_avg_sq());
+    }
+    for (auto& t : state) {
+      if (!t.is_contiguous()) throw std::logic_error("replica state: a tensor is not contiguous");
+    }
+    std::size_t at = 0;
+    for (auto& t : state) ends.push_back(at += static_cast<std::size_t>(t.nbytes()));
+    header_bytes = 4 + sizeof(kVersion) + 8 + 8 + 8 * state.size() + 8 * params.size();
   }
 
-  torch::optim::AdamParamState* adam_state(const torch::Tensor& p) {
-    auto& state = optimizer->state();
-    auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-    if (it == state.end()) return nullptr;
-    return static_cast<torch::optim::AdamParamState*>(it->second.get());
+  std::size_t data_bytes() const { return ends.empty() ? 0 : ends.back(); }
+
+  std::string header() const {
+    std::string out;
+    put(out, kMagic, 4);
+    put(out, kVersion);
+    put(out, step);
+    put(out, static_cast<std::uint64_t>(state.size()));
+    for (auto& t : state) put(out, static_cast<std::uint64_t>(t.numel()));
+    for (auto* a : adam) put(out, static_cast<std::int64_t>(a->step()));
+    return out;
+  }
+
+  // Checks a header against this model; its step and Adam's step counts.
+  Loading parse(std::string_view bytes) const {
+    Reader r{bytes};
+    char magic[4];
+    r.take(magic, 4);
+    if (std::memcmp(magic, kMagic, 4) != 0) throw std::runtime_error("replica state: not a sceptre replica state");
+    if (auto v = r.get<std::uint32_t>(); v != kVersion) {
+      throw std::runtime_error("replica state: version " + std::to_string(v) + ", expected " + std::to_string(kVersion));
+    }
+    Loading l;
+    l.step = r.get<std::uint64_t>();
+    auto count = r.get<std::uint64_t>();
+    if (count != state.size()) {
+      throw std::runtime_error("replica state: " + std::to_string(count) + " tensors, this model has " +
+                               std::to_string(state.size()));
+    }
+    for (std::size_t i = 0; i < state.size(); ++i) {
+      if (auto n = r.get<std::uint64_t>(); n != static_cast<std::uint64_t>(state[i].numel())) {
+        throw std::runtime_error("replica state: tensor " + std::to_string(i) + " has " + std::to_string(n) + " elements");
+      }
+    }
+    for (std::size_t i = 0; i < adam.size(); ++i) {
+      l.adam_steps.push_back(r.get<std::int64_t>());
+      if (l.adam_steps.back() < 0) throw std::runtime_error("replica state: a negative Adam step count");
+    }
+    if (r.at != header_bytes) throw std::logic_error("replica state: header size");
+    return l;
+  }
+
+  // Copies data bytes [at, at + n) (offsets after the header) into the tensors they belong to.
+  void copy_in(std::size_t at, const std::byte* p, std::size_t n) {
+    if (n > data_bytes() || at > data_bytes() - n) {
+      throw std::runtime_error("replica state: bytes " + std::to_string(at) + "+" + std::to_string(n) +
+                               " are past the end of the state");
+    }
+    auto i = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.end(), at) - ends.begin());
+    while (n > 0) {
+      std::size_t begin = i == 0 ? 0 : ends[i - 1];
+      std::size_t k = std::min(n, ends[i] - at);
+      std::memcpy(static_cast<std::byte*>(state[i].data_ptr()) + (at - begin), p, k);
+      at += k;
+      p += k;
+      n -= k;
+      ++i;
+    }
+  }
+
+  void finish(const Loading& l) {
+    for (std::size_t i = 0; i < adam.size(); ++i) adam[i]->step(l.adam_steps[i]);
+    step = l.step;
   }
 };
 
@@ -98,22 +183,24 @@ std::vector<float> ReplicaCore::local_gradients(std::uint64_t first, std::uint64
   auto l = torch::nn::functional::cross_entropy(m.model->forward(x), y);
   l.backward();
   if (loss) *loss = l.item<float>();
-  std::vector<torch::Tensor> flat;
-  for (auto& p : m.model->parameters()) flat.push_back(p.grad().reshape({-1}));
-  auto all = torch::cat(flat).contiguous();
-  std::vector<float> out(static_cast<std::size_t>(all.numel()));
-  std::memcpy(out.data(), all.data_ptr<float>(), out.size() * sizeof(float));
+  std::vector<float> out(parameter_count());
+  std::size_t at = 0;
+  for (auto& p : m.model->parameters()) {
+    auto g = p.grad().contiguous();
+    std::memcpy(out.data() + at, g.data_ptr<float>(), static_cast<std::size_t>(g.numel()) * sizeof(float));
+    at += static_cast<std::size_t>(g.numel());
+  }
   return out;
 }
 
-void ReplicaCore::apply(const std::vector<float>& summed, std::size_t members) {
+void ReplicaCore::apply(std::span<const float> summed, std::size_t members) {
   auto& m = *impl_;
   if (summed.size() != parameter_count()) throw std::invalid_argument("apply: gradient of the wrong size");
   auto g = torch::from_blob(const_cast<float*>(summed.data()), {static_cast<std::int64_t>(summed.size())},
                             torch::kFloat32) / static_cast<float>(members);
   std::int64_t at = 0;
   for (auto& p : m.model->parameters()) {
-    p.mutable_grad() = g.slice(0, at, at + p.numel()).view_as(p).clone();
+    p.mutable_grad() = g.slice(0, at, at + p.numel()).view_as(p);
     at += p.numel();
   }
   m.optimizer->step();
@@ -129,8 +216,15 @@ std::size_t ReplicaCore::parameter_count() const {
 }
 
 std::uint64_t ReplicaCore::digest() const {
-  std::string s = save();
-  return fnv(kFnvOffset, s.data(), s.size());
+  auto& m = *impl_;
+  auto header = m.header();
+  XXH3_state_t* h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  XXH3_64bits_update(h, header.data(), header.size());
+  for (auto& t : m.state) XXH3_64bits_update(h, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
+  auto d = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return d;
 }
 
 std::string ReplicaCore::save() const {
@@ -139,92 +233,57 @@ std::string ReplicaCore::save() const {
   return out;
 }
 
-// save()'s layout: magic, version, step, count; per tensor its length and floats; Adam's steps.
-std::size_t ReplicaCore::state_bytes() const {
-  auto n = impl_->model->parameters().size();
-  return 4 + sizeof(kVersion) + 8 + 8 + 3 * n * 8 + 3 * parameter_count() * sizeof(float) + n * 8;
-}
+std::size_t ReplicaCore::state_bytes() const { return impl_->header_bytes + impl_->data_bytes(); }
 
 void ReplicaCore::save(std::string& out) const {
   auto& m = *impl_;
-  auto params = m.model->parameters();
-  std::vector<torch::Tensor> tensors(params.begin(), params.end());
-  std::vector<std::int64_t> adam_steps;
-  bool stepped = m.adam_state(params[0]) != nullptr;
-  if (stepped) {
-    for (auto& p : params) {
-      auto* s = m.adam_state(p);
-      tensors.push_back(s->exp_avg());
-      tensors.push_back(s->exp_avg_sq());
-      adam_steps.push_back(s->step());
-    }
-  }
-  out.clear();
-  put(out, kMagic, 4);
-  put(out, kVersion);
-  put(out, m.step);
-  put(out, static_cast<std::uint64_t>(tensors.size()));
-  for (auto& t : tensors) {
-    auto c = t.contiguous();
-    put(out, static_cast<std::uint64_t>(c.numel()));
-    put(out, c.data_ptr<float>(), static_cast<std::size_t>(c.numel()) * sizeof(float));
-  }
-  for (auto s : adam_steps) put(out, s);
+  out = m.header();
+  out.reserve(state_bytes());
+  for (auto& t : m.state) put(out, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
 }
 
 void ReplicaCore::load(const std::string& bytes) {
   auto& m = *impl_;
-  Reader r{bytes};
-  char magic[4];
-  r.take(magic, 4);
-  if (std::memcmp(magic, kMagic, 4) != 0) throw std::runtime_error("replica state: not a sceptre replica state");
-  if (auto v = r.get<std::uint32_t>(); v != kVersion) {
-    throw std::runtime_error("replica state: version " + std::to_string(v) + ", expected " + std::to_string(kVersion));
+  // Everything is checked before anything changes.
+  auto l = m.parse(std::string_view(bytes).substr(0, std::min(bytes.size(), m.header_bytes)));
+  if (bytes.size() != state_bytes()) {
+    throw std::runtime_error("replica state: " + std::to_string(bytes.size()) + " bytes, this model's has " +
+                             std::to_string(state_bytes()));
   }
-  auto step = r.get<std::uint64_t>();
-  auto count = r.get<std::uint64_t>();
-  auto params = m.model->parameters();
-  if (count != params.size() && count != 3 * params.size()) {
-    throw std::runtime_error("replica state: " + std::to_string(count) + " tensors for a model of " +
-                             std::to_string(params.size()) + " parameters");
+  m.copy_in(0, reinterpret_cast<const std::byte*>(bytes.data()) + m.header_bytes, m.data_bytes());
+  m.finish(l);
+  m.loading = {};
+}
+
+std::size_t ReplicaCore::header_bytes() const { return impl_->header_bytes; }
+
+void ReplicaCore::load_begin(std::string_view header) {
+  auto& m = *impl_;
+  if (header.size() != m.header_bytes) {
+    throw std::runtime_error("replica state: a header of " + std::to_string(header.size()) + " bytes, this model's has " +
+                             std::to_string(m.header_bytes));
   }
-  // First the whole layout is checked (nothing changes on an error), then the bytes are copied
-  // once, straight into the parameters and into new optimizer state: on a VM, first touches of
-  // new memory cost more than the copy, so no staging tensors.
-  std::vector<std::size_t> offsets;
-  for (std::uint64_t i = 0; i < count; ++i) {
-    auto n = r.get<std::uint64_t>();
-    // Parameters first, then each parameter's exp_avg and exp_avg_sq.
-    const auto& like = params[i < params.size() ? i : (i - params.size()) / 2];
-    if (n != static_cast<std::uint64_t>(like.numel())) {
-      throw std::runtime_error("replica state: tensor " + std::to_string(i) + " has " + std::to_string(n) + " elements");
-    }
-    offsets.push_back(r.skip(n * sizeof(float)));
+  m.loading = m.parse(header);
+  m.loading.active = true;
+}
+
+void ReplicaCore::load_data(std::uint64_t at, const void* data, std::size_t n) {
+  auto& m = *impl_;
+  if (!m.loading.active) throw std::logic_error("load_data without load_begin");
+  m.copy_in(static_cast<std::size_t>(at), static_cast<const std::byte*>(data), n);
+  m.loading.copied += n;
+}
+
+void ReplicaCore::load_end() {
+  auto& m = *impl_;
+  if (!m.loading.active) throw std::logic_error("load_end without load_begin");
+  auto l = std::move(m.loading);
+  m.loading = {};
+  if (l.copied != m.data_bytes()) {
+    throw std::runtime_error("replica state: " + std::to_string(l.copied) + " of " + std::to_string(m.data_bytes()) +
+                             " data bytes came");
   }
-  std::vector<std::int64_t> adam_steps;
-  if (count == 3 * params.size()) {
-    for (std::size_t i = 0; i < params.size(); ++i) adam_steps.push_back(r.get<std::int64_t>());
-  }
-  if (r.at != bytes.size()) throw std::runtime_error("replica state: trailing bytes");
-  auto fill = [&](torch::Tensor t, std::size_t i) {  // t: contiguous float32, of tensor i's size
-    std::memcpy(t.data_ptr<float>(), bytes.data() + offsets[i], static_cast<std::size_t>(t.numel()) * sizeof(float));
-    return t;
-  };
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    auto c = fill(params[i].contiguous(), i);  // the model's own storage
-    if (!c.is_same(params[i])) params[i].copy_(c);
-  }
-  auto tensor_at = [&](std::size_t i, const torch::Tensor& like) { return fill(torch::empty(like.sizes(), torch::kFloat32), i); };
-  m.optimizer->state().clear();
-  for (std::size_t i = 0; i < adam_steps.size(); ++i) {
-    auto s = std::make_unique<torch::optim::AdamParamState>();
-    s->step(adam_steps[i]);
-    s->exp_avg(tensor_at(params.size() + 2 * i, params[i]));
-    s->exp_avg_sq(tensor_at(params.size() + 2 * i + 1, params[i]));
-    m.optimizer->state()[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = std::move(s);
-  }
-  m.step = step;
+  m.finish(l);
 }
 
 namespace {
@@ -237,7 +296,6 @@ std::string bytes_of(const torch::Tensor& t) {
 std::vector<TensorBytes> ReplicaCore::tensors(std::size_t shard, std::size_t shards) const {
   auto& m = *impl_;
   auto named = m.model->named_parameters();
-  bool stepped = m.adam_state(named[0].value()) != nullptr;
   // The list without data first (names, dtypes, shapes, sizes), so only this shard is copied.
   struct Entry {
     std::string name;
@@ -246,13 +304,11 @@ std::vector<TensorBytes> ReplicaCore::tensors(std::size_t shard, std::size_t sha
   };
   std::vector<Entry> entries;
   for (auto& p : named) entries.push_back({"model." + p.key(), p.value()});
-  if (stepped) {
-    for (auto& p : named) {
-      auto* s = m.adam_state(p.value());
-      entries.push_back({"adam.exp_avg." + p.key(), s->exp_avg()});
-      entries.push_back({"adam.exp_avg_sq." + p.key(), s->exp_avg_sq()});
-      entries.push_back({"adam.step." + p.key(), {}, s->step()});
-    }
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    auto& key = named[i].key();
+    entries.push_back({"adam.exp_avg." + key, m.adam[i]->exp_avg()});
+    entries.push_back({"adam.exp_avg_sq." + key, m.adam[i]->exp_avg_sq()});
+    entries.push_back({"adam.step." + key, {}, m.adam[i]->step()});
   }
   std::vector<std::uint64_t> sizes;
   for (auto& e : entries) sizes.push_back(e.step >= 0 ? 8 : static_cast<std::uint64_t>(e.t.nbytes()));
@@ -309,16 +365,20 @@ void ReplicaCore::load_tensors(const std::vector<TensorBytes>& tensors, std::uin
     }
   }
   if (!by_name.empty()) throw std::runtime_error("checkpoint: tensor " + by_name.begin()->first + " is not in this model");
+  // Into the state's own tensors. A checkpoint without Adam's state (of an optimizer that had
+  // not stepped) leaves it as a fresh one: zeros at step 0.
   torch::NoGradGuard no_grad;
   auto live = m.model->parameters();
-  for (std::size_t i = 0; i < live.size(); ++i) live[i].copy_(params[i]);
-  m.optimizer->state().clear();
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    auto s = std::make_unique<torch::optim::AdamParamState>();
-    s->step(steps[i]);
-    s->exp_avg(avg[i]);
-    s->exp_avg_sq(avg_sq[i]);
-    m.optimizer->state()[c10::guts::to_string(live[i].unsafeGetTensorImpl())] = std::move(s);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    live[i].copy_(params[i]);
+    if (stepped) {
+      m.adam[i]->exp_avg().copy_(avg[i]);
+      m.adam[i]->exp_avg_sq().copy_(avg_sq[i]);
+    } else {
+      m.adam[i]->exp_avg().zero_();
+      m.adam[i]->exp_avg_sq().zero_();
+    }
+    m.adam[i]->step(stepped ? steps[i] : 0);
   }
   m.step = step;
 }

@@ -97,11 +97,12 @@ struct Committed {
 
 class StateServer;
 struct Snapshot {
-  std::uint64_t step = 0;  // the committed step the state is at
-  std::uint64_t bytes = 0;
+  std::uint64_t step = 0;   // the committed step the state is at
+  std::uint64_t bytes = 0;  // of the state's data, served in chunks (the header comes here)
   std::uint64_t chunk_bytes = 0;
   ActorRef<StateServer> server;
-  SCEPTRE_FIELDS(step, bytes, chunk_bytes, server)
+  std::string header;       // ReplicaCore's header of the state
+  SCEPTRE_FIELDS(step, bytes, chunk_bytes, server, header)
 };
 
 struct HealReport {
