@@ -1,0 +1,34 @@
+// The GPU backends, one folder each (cuda/, hip/), each exposing one factory, and what they
+// share. A backend that is compiled in (they all are: none includes a vendor header) says at run
+// time whether it is viable here: its factory returns kUnavailable with the reason when not.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sceptre/gpu/runtime.h"
+
+namespace sceptre::gpu {
+
+// NVIDIA, through the driver API of libcuda.so.1 (SCEPTRE_CUDA_LIBRARY names another file).
+Result<std::unique_ptr<Runtime>> make_cuda_runtime();
+// AMD, through the HIP runtime libamdhip64.so (SCEPTRE_HIP_LIBRARY names another file).
+Result<std::unique_ptr<Runtime>> make_hip_runtime();
+// No GPU: no devices; every device call fails with kFailedPrecondition saying why.
+std::unique_ptr<Runtime> make_none_runtime(std::string why);
+
+// HIP numbers its errors as CUDA does (hipErrorOutOfMemory = CUDA_ERROR_OUT_OF_MEMORY = 2, ...),
+// so one mapping serves both: the canonical code of a vendor error code.
+Code code_of_vendor_error(int code);
+// "fn: NAME: text", with the canonical code of `code`.
+Error vendor_error(const char* fn, int code, const char* name, const char* text);
+
+// The entries of the device list in environment variable `var` ("0,2" → {"0", "2"}), up to the
+// first empty entry; nullopt when `var` is unset.
+std::optional<std::vector<std::string>> visible_list(const char* var);
+// The library a backend opens: the file `override_var` names when set, else `default_name`.
+std::vector<std::string> library_names(const char* override_var, const char* default_name);
+
+}  // namespace sceptre::gpu
