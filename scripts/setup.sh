@@ -27,6 +27,7 @@ packages=(
   libgoogle-perftools-dev                 # tcmalloc: the allocator of the programs that train
   gnuplot-nox                             # the example trainer's plot of loss and live replicas
   fio                                     # the floor the checkpoint benchmark's persist is compared with
+  hipcc libamdhip64-dev                   # HIP (ROCm 5.2): the AMD toolchain check and the HIP headers the backend mirrors
 )
 
 missing=()
