@@ -28,6 +28,7 @@ packages=(
   gnuplot-nox                             # the example trainer's plot of loss and live replicas
   fio                                     # the floor the checkpoint benchmark's persist is compared with
   hipcc libamdhip64-dev                   # HIP (ROCm 5.2): the AMD toolchain check and the HIP headers the backend mirrors
+  librocm-smi-dev                         # ROCm SMI: the header the AMD health monitor mirrors, and the real library
 )
 
 missing=()

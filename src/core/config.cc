@@ -233,6 +233,10 @@ const std::vector<Field>& fields() {
             "How long a proc goes on when its controller acknowledges nothing on the health channel "
             "(frozen, or cut off): then the proc stops itself. 0: never. A controller that ends in "
             "any way ends its procs at once through their lifelines; this is for one that does not end."),
+      field("gpu_health_interval", &Config::gpu_health_interval, DurationKind{},
+            "How often a host polls the health of the GPUs its procs are bound to (NVML, ROCm SMI): "
+            "a proc whose GPU reports uncorrectable ECC errors, retired pages, loss from the bus or "
+            "lasting hardware throttling is killed and its failure says why. 0: never."),
   };
   return kFields;
 }

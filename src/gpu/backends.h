@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sceptre/gpu/health.h"
 #include "sceptre/gpu/runtime.h"
 
 namespace sceptre::gpu {
@@ -16,6 +17,10 @@ namespace sceptre::gpu {
 Result<std::unique_ptr<Runtime>> make_cuda_runtime();
 // AMD, through the HIP runtime libamdhip64.so (SCEPTRE_HIP_LIBRARY names another file).
 Result<std::unique_ptr<Runtime>> make_hip_runtime();
+// The health monitors: NVML (libnvidia-ml.so.1, SCEPTRE_NVML_LIBRARY) and ROCm SMI
+// (librocm_smi64.so.1, SCEPTRE_ROCM_SMI_LIBRARY).
+Result<std::unique_ptr<HealthMonitor>> make_nvml_health(int throttle_polls);
+Result<std::unique_ptr<HealthMonitor>> make_rocm_smi_health();
 // No GPU: no devices; every device call fails with kFailedPrecondition saying why.
 std::unique_ptr<Runtime> make_none_runtime(std::string why);
 

@@ -32,7 +32,7 @@ Code code_of_vendor_error(int code) {
 
 Error vendor_error(const char* fn, int code, const char* name, const char* text) {
   std::string message = std::string(fn) + ": " + (name ? name : "error " + std::to_string(code));
-  if (text) message += std::string(": ") + text;
+  if (text && (!name || std::string_view(text) != name)) message += std::string(": ") + text;
   return Error(code_of_vendor_error(code), std::move(message));
 }
 

@@ -14,12 +14,12 @@ std::shared_ptr<LocalHost> HostAgent::host() {
   return h;
 }
 
-std::int64_t HostAgent::spawn(std::string mesh, std::uint64_t rank, std::vector<std::string> env,
-                              std::vector<std::string> wrap) {
-  ProcSpec spec{std::move(mesh), rank, std::move(env), std::move(wrap)};
+SpawnAnswer HostAgent::spawn(std::string mesh, std::uint64_t rank, std::vector<std::string> env,
+                              std::vector<std::string> wrap, std::int32_t gpu) {
+  ProcSpec spec{std::move(mesh), rank, std::move(env), std::move(wrap), gpu};
   auto pid = host()->spawn(spec);
-  if (!pid) throw CallError(std::move(pid).error());
-  return *pid;
+  if (!pid) return SpawnAnswer{0, std::move(pid).error()};
+  return SpawnAnswer{*pid, {}};
 }
 
 void HostAgent::kill(std::int64_t pid, std::int32_t signal) { host()->kill(static_cast<pid_t>(pid), signal); }
@@ -56,7 +56,11 @@ Result<pid_t> RemoteHost::spawn(const ProcSpec& spec) {
   }
   if (!a) return Error(Code::kUnavailable, "host " + name_ + " has no agent yet");
   try {
-    return static_cast<pid_t>(a->call<&HostAgent::spawn>(spec.mesh, spec.rank, spec.env, spec.wrap).get(call_timeout_));
+    SpawnAnswer answer =
+        a->call<&HostAgent::spawn>(spec.mesh, spec.rank, spec.env, spec.wrap, static_cast<std::int32_t>(spec.gpu))
+            .get(call_timeout_);
+    if (answer.pid == 0) return Error(answer.error.code(), "host " + name_ + ": " + answer.error.message());
+    return static_cast<pid_t>(answer.pid);
   } catch (const Exception& e) {
     return Error(Code::kUnavailable, "host " + name_ + ": " + e.what());
   }

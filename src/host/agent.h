@@ -42,15 +42,22 @@ struct ExitNotice {
   SCEPTRE_FIELDS(host, pid, code, signal, tail)
 };
 
+// The agent's answer to spawn: the pid, or (pid 0) why the proc was not started, with the code
+// the host gave it (kInvalidArgument for a GPU the host lacks).
+struct SpawnAnswer {
+  std::int64_t pid = 0;
+  Error error;
+  SCEPTRE_FIELDS(pid, error)
+};
+
 class HostAgent : public Actor {
  public:
   static constexpr bool kOwnThread = true;  // stop() waits for procs to end
   explicit HostAgent(std::weak_ptr<LocalHost> host) : host_(std::move(host)) {}
 
-  // Starts a proc of the agent's binary with `env` (and `wrap`, see ProcSpec); returns its pid.
-  // Throws CallError with the reason when it cannot.
-  std::int64_t spawn(std::string mesh, std::uint64_t rank, std::vector<std::string> env,
-                     std::vector<std::string> wrap);
+  // Starts a proc of the agent's binary with `env` (and `wrap` and `gpu`, see ProcSpec).
+  SpawnAnswer spawn(std::string mesh, std::uint64_t rank, std::vector<std::string> env,
+                     std::vector<std::string> wrap, std::int32_t gpu);
   void kill(std::int64_t pid, std::int32_t signal);
   void stop(std::vector<std::int64_t> pids, std::int64_t grace_ms);
   std::vector<std::string> stderr_tail(std::int64_t pid);

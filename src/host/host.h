@@ -31,6 +31,9 @@ struct ProcSpec {
   // Run the proc image through this command (e.g. {"unshare", "--net", "--"}): it must exec the
   // program it is given, so that the pid stays the proc's. Empty: the image is run directly.
   std::vector<std::string> wrap;
+  // The GPU of the host to bind the proc to (its "gpus" coordinate; see host/gpu_binding.h), or
+  // -1 for none. More than the host has: spawn() fails with kInvalidArgument.
+  int gpu = -1;
 };
 
 class Host {

@@ -8,12 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <utility>
 
 #include "core/log.h"
+#include "host/gpu_binding.h"
+#include "host/gpu_watch.h"
 
 extern char** environ;
 
@@ -100,6 +105,7 @@ LocalHost::LocalHost(std::vector<std::string> argv, Options options)
 }
 
 LocalHost::~LocalHost() {
+  watch_.reset();  // its thread reads children_
   std::vector<pid_t> all;
   {
     std::lock_guard lock(mu_);
@@ -118,6 +124,24 @@ LocalHost::~LocalHost() {
   ::close(wake_[1]);
 }
 
+Result<GpuBinding> LocalHost::bind_gpu(int index) {
+  if (index < 0) return GpuBinding{};
+  const gpu::Inventory inv = gpu::inventory();
+  if (inv.origin.vendor == gpu::Vendor::kNone) {
+    // A vendor asked for by name and not there is an error; found nowhere, only a note.
+    const char* asked = std::getenv("SCEPTRE_GPU");
+    if (asked && (std::string_view(asked) == "cuda" || std::string_view(asked) == "hip")) {
+      return Error(Code::kFailedPrecondition, "host " + name() + " cannot bind a proc to a GPU: SCEPTRE_GPU=" + asked +
+                                                  " is not viable here: " + inv.note);
+    }
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      log().debug("host {}: no GPU runtime ({}): 'gpus' names only a dimension of the procs here", name(), inv.note);
+    });
+  }
+  return gpu_binding(inv, index, name());
+}
+
 Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   auto lifeline = make_pipe();
   if (!lifeline) return std::move(lifeline).error();
@@ -134,15 +158,26 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
     return e;
   }
 
-  // The environment: the controller's, with the spec's variables replacing any of the same name.
+  // The environment: the controller's, with the spec's variables (then the GPU binding's)
+  // replacing any of the same name.
+  auto binding = bind_gpu(spec.gpu);
+  if (!binding) {
+    close_all();
+    return std::move(binding).error();
+  }
+  std::vector<std::string> added;
   std::set<std::string> names;
-  for (const auto& kv : spec.env) names.insert(kv.substr(0, kv.find('=')));
+  for (const std::vector<std::string>* list : {&std::as_const(binding->env), &spec.env}) {  // the binding first: it wins
+    for (const auto& kv : *list) {
+      if (names.insert(kv.substr(0, kv.find('='))).second) added.push_back(kv);
+    }
+  }
   std::vector<std::string> env_strings;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     if (!names.count(std::string(kv.substr(0, kv.find('='))))) env_strings.emplace_back(kv);
   }
-  env_strings.insert(env_strings.end(), spec.env.begin(), spec.env.end());
+  env_strings.insert(env_strings.end(), added.begin(), added.end());
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -206,9 +241,53 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
     c.out = out->first;
     c.err = err->first;
     c.pidfd = open_pidfd(pid);
+    c.gpu = binding->pci_bus_id;
   }
+  if (!binding->pci_bus_id.empty()) watch_gpus();
   wake();
   return pid;
+}
+
+void LocalHost::watch_gpus() {
+  std::call_once(watch_once_, [this] {
+    if (options_.gpu_health_interval.count() <= 0) return;
+    auto monitor = gpu::load_health(gpu::runtime().vendor());
+    if (!monitor) {
+      log().warn("host {}: the health of its GPUs is not watched: {}", name(), monitor.error().message());
+      return;
+    }
+    log().debug("host {}: watching its GPUs with {}", name(), (*monitor)->library());
+    auto in_use = [this] {
+      std::lock_guard lock(mu_);
+      std::vector<std::string> buses;
+      for (const auto& [pid, c] : children_) {
+        if (!c.gpu.empty() && !c.exit && !c.gpu_failed) buses.push_back(c.gpu);
+      }
+      std::sort(buses.begin(), buses.end());
+      buses.erase(std::unique(buses.begin(), buses.end()), buses.end());
+      return buses;
+    };
+    watch_ = std::make_unique<GpuWatch>(std::move(*monitor), options_.gpu_health_interval, std::move(in_use),
+                                        [this](const gpu::Fault& f) { gpu_failed(f); });
+  });
+}
+
+void LocalHost::gpu_failed(const gpu::Fault& fault) {
+  const std::string why = "sceptre host " + name() + ": its GPU " + fault.pci_bus_id + " failed: " + fault.what;
+  std::vector<std::string> killed;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [pid, c] : children_) {
+      if (c.gpu != fault.pci_bus_id || c.exit || c.gpu_failed) continue;
+      c.gpu_failed = true;
+      // The last line of its stderr, so that its failure says why it was killed.
+      c.tail.push_back(why + "; the proc was killed");
+      while (c.tail.size() > std::max<std::size_t>(options_.stderr_tail_lines, 1)) c.tail.pop_front();
+      ::kill(pid, SIGKILL);
+      killed.push_back("pid " + std::to_string(pid) + " (" + c.mesh + " rank " + std::to_string(c.rank) + ")");
+    }
+  }
+  for (const auto& k : killed) log().error("{}; killed {}", why, k);
 }
 
 void LocalHost::release(pid_t pid) {

@@ -29,11 +29,15 @@
 #include <thread>
 #include <vector>
 
+#include "host/gpu_binding.h"
 #include "host/host.h"
 #include "host/log_folder.h"
 #include "sceptre/core/result.h"
+#include "sceptre/gpu/health.h"
 
 namespace sceptre::host {
+
+class GpuWatch;
 
 class LocalHost : public Host {
  public:
@@ -45,6 +49,9 @@ class LocalHost : public Host {
     std::function<void(pid_t, const ExitStatus&)> on_exit;
     std::uint32_t id = 0;          // Host::id
     std::string name;              // Host::name; empty: the machine's host name
+    // How often the health of the GPUs its procs are bound to is polled (0: never); a proc
+    // whose GPU fails is killed, with the fault as the last line of its stderr tail.
+    std::chrono::milliseconds gpu_health_interval{1000};
   };
   // `argv`: the command line the procs get (the controller's own).
   LocalHost(std::vector<std::string> argv, Options options);
@@ -73,6 +80,12 @@ class LocalHost : public Host {
   void set_stop_grace(std::chrono::milliseconds grace) { grace_ = grace; }
 
  private:
+  // What binds a proc to this host's GPU `index` (nothing for -1); see gpu_binding.h.
+  Result<GpuBinding> bind_gpu(int index);
+  // Starts the GpuWatch, once, at the first proc bound to a GPU.
+  void watch_gpus();
+  // The GpuWatch's word: kills the procs on that GPU. Its thread.
+  void gpu_failed(const gpu::Fault& fault);
   struct Child {
     pid_t pid = 0;
     std::string mesh;
@@ -83,6 +96,8 @@ class LocalHost : public Host {
     std::string out_partial, err_partial;
     std::deque<std::string> tail;      // of stderr
     std::optional<ExitStatus> exit;
+    std::string gpu;                   // PCI bus id of its GPU; "" when not bound to one
+    bool gpu_failed = false;           // killed for it
   };
   void pump();
   void wake();
@@ -104,6 +119,8 @@ class LocalHost : public Host {
   bool stopping_ = false;
   int wake_[2] = {-1, -1};
   std::thread pump_;
+  std::once_flag watch_once_;
+  std::unique_ptr<GpuWatch> watch_;  // once a proc is bound to a GPU and a monitor is there
 };
 
 }  // namespace sceptre::host

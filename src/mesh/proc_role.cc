@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "core/log.h"
+#include "host/gpu_binding.h"
 #include "host/agent.h"
 #include "host/local_host.h"
 #include "mesh/supervisor.h"
@@ -136,6 +137,8 @@ static void serve_proc(const std::vector<std::string>& argv) {
   const int lifeline = std::atoi(env_or("SCEPTRE_LIFELINE", "3"));
   const std::uint64_t rank = std::strtoull(env_or("SCEPTRE_RANK", "0"), nullptr, 10);
   install_crash_handler();
+  // The CPUs near this proc's GPU (host/gpu_binding.h), before the first thread starts.
+  if (std::string warning = host::apply_cpu_binding(); !warning.empty()) log().warn("proc rank {}: {}", rank, warning);
   // User code that calls exit() in a handler must end the proc with that status, promptly: the
   // static destructors exit() would run next race the proc's threads, which still use them.
   // Registered last, this runs first, and skips them (glibc's on_exit gives the status).
@@ -168,7 +171,7 @@ static void serve_proc(const std::vector<std::string>& argv) {
       }
       const auto host_id = static_cast<std::uint32_t>(std::strtoul(env_or("SCEPTRE_HOST_ID", "0"), nullptr, 10));
       host::LocalHost::Options o{{config->log_fold, config->log_fold_window}, config->stderr_tail_lines, {}, host_id,
-                                 env_or("SCEPTRE_HOST_NAME", "")};
+                                 env_or("SCEPTRE_HOST_NAME", ""), config->gpu_health_interval};
       auto self = std::make_shared<std::weak_ptr<host::LocalHost>>();  // set once it is made
       o.on_exit = [self, host_id, to = PortRef<host::ExitNotice>(*notices)](pid_t pid, const host::ExitStatus& st) {
         auto h = self->lock();  // the pump may still tell of an exit while the LocalHost goes

@@ -348,7 +348,7 @@ Runtime::Runtime(int argc, char** argv, Config config) {
                                               std::lock_guard lock(raw->exit_mu);
                                               if (auto* s = raw->supervisor.load()) s->on_exit(*raw->host, pid, status);
                                             },
-                                            0, std::string()});
+                                            0, std::string(), state->config.gpu_health_interval});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
   state->supervisor_owner = std::make_unique<detail::Supervisor>(
       state->config, *state->proc, listen_host.empty() ? std::string() : "tcp:" + listen_host + ":0");
@@ -417,7 +417,7 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
   const detail::SpawnPlan& plan = state.plan;
   const std::size_t n = state.extent.num_ranks();
   std::map<std::size_t, pid_t> started;
-  auto fail = [&](std::size_t rank, const std::string& why) {
+  auto fail = [&](std::size_t rank, const std::string& why, Code code = Code::kUnavailable) {
     const pid_t pid = started.count(rank) ? started[rank] : 0;
     auto h = state.host_of(rank);
     std::vector<std::string> tail = pid && h ? h->stderr_tail(pid) : std::vector<std::string>{};
@@ -429,8 +429,9 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
       for (const auto& l : tail) text += "\n    " + l;
     }
     state.stop_ranks(started, std::chrono::milliseconds(1000));
-    throw CallError(Error(Code::kUnavailable, std::move(text)));
+    throw CallError(Error(code, std::move(text)));
   };
+  const auto gpus_dim = state.extent.dim("gpus");
 
   auto [boot_ref, boot_rx] = open_port<BootReport>();
   const char* secret = std::getenv("SCEPTRE_SECRET");
@@ -439,6 +440,7 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
     spec.mesh = state.name;
     spec.rank = r;
     spec.wrap = plan.wrap;
+    if (gpus_dim) spec.gpu = static_cast<int>(state.extent.point(r).coords()[*gpus_dim]);
     const std::string rs = std::to_string(r), ns = std::to_string(n);
     spec.env = {"RANK=" + rs,
                 "WORLD_SIZE=" + ns,
@@ -461,7 +463,13 @@ std::vector<BootReport> start_procs(detail::RuntimeState& rt, detail::ProcMeshSt
     auto h = state.host_of(r);
     if (!h) fail(r, "could not be started: its host is gone");
     auto pid = h->spawn(spec);
-    if (!pid) fail(r, "could not be started: " + pid.error().to_string());
+    if (!pid) {
+      // A request the host cannot meet (more GPUs than it has, a GPU runtime it lacks) is the
+      // caller's to fix: its code stands.
+      const Code c = pid.error().code();
+      const Code code = c == Code::kInvalidArgument || c == Code::kFailedPrecondition ? c : Code::kUnavailable;
+      fail(r, "could not be started: " + pid.error().to_string(), code);
+    }
     started[r] = *pid;
     if (plan.on_started) {
       if (Status s = plan.on_started(r, *pid); !s.ok()) fail(r, "could not be set up: " + s.error().to_string());

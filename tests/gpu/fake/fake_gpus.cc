@@ -1,7 +1,9 @@
 #include "gpu/fake/fake_gpus.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -41,6 +43,34 @@ std::vector<int> filter(const char* var, const std::vector<int>& from) {
     pos = comma + 1;
   }
   return out;
+}
+
+int host_count() { return static_cast<int>(env_number("SCEPTRE_FAKE_GPU_COUNT", 8)); }
+
+int host_device_of(const char* bus_id) {
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4 || domain || dev || fn) return -1;
+  const int d = static_cast<int>(bus) - 0x10;
+  return d >= 0 && d < host_count() ? d : -1;
+}
+
+Faults faults_of(int d) {
+  Faults f;
+  const char* path = std::getenv("SCEPTRE_FAKE_GPU_FAULTS");
+  if (!path) return f;
+  std::ifstream in(path);
+  int device = -1;
+  std::string kind;
+  while (in >> device >> kind) {
+    unsigned long long n = 0;
+    if (kind == "ecc") in >> n;
+    if (device != d) continue;
+    if (kind == "ecc") f.ecc += n;
+    if (kind == "pending") f.pending = true;
+    if (kind == "lost") f.lost = true;
+    if (kind == "throttle") f.throttle = true;
+  }
+  return f;
 }
 
 int Devices::init(std::vector<int> (*visible)(int host_count)) {

@@ -6,6 +6,10 @@
 //   SCEPTRE_FAKE_GPU_COUNT   devices of the host (default 8); 0 makes init fail with "no device"
 //   SCEPTRE_FAKE_GPU_MEMORY  bytes of memory of each (default 80 GiB); allocations beyond fail
 //   SCEPTRE_FAKE_GPU_INIT    an error code init returns instead of success (e.g. 999)
+//   SCEPTRE_FAKE_GPU_FAULTS  a file the fake NVML and ROCm SMI read at every query: lines
+//                            "<host device> ecc <n>" (uncorrectable errors), "<d> pending"
+//                            (retired pages), "<d> lost", "<d> throttle" — a test writes it
+//                            mid-run to make a GPU fail
 // and by the vendor's own *_VISIBLE_DEVICES variables, as the vendor reads them. Device p of the
 // host is named "Fake GPU p" and sits on PCI bus 0000:(0x10+p):00.0. Device memory is host
 // memory; copies complete before they return.
@@ -24,6 +28,18 @@ enum : int { kOk = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, 
 // The host's devices `var` leaves visible, in order (entries are host device numbers; the list
 // ends at the first entry that is not one, as CUDA's does). `from` is what an earlier filter left.
 std::vector<int> filter(const char* var, const std::vector<int>& from);
+
+// The host's device count (SCEPTRE_FAKE_GPU_COUNT), and the host device on PCI bus `bus_id`
+// (-1 when there is none).
+int host_count();
+int host_device_of(const char* bus_id);
+
+// What SCEPTRE_FAKE_GPU_FAULTS says is wrong with host device `d` now.
+struct Faults {
+  unsigned long long ecc = 0;
+  bool pending = false, lost = false, throttle = false;
+};
+Faults faults_of(int d);
 
 struct Stream {};
 struct Event {
