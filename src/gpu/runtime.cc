@@ -83,6 +83,7 @@ class NoneRuntime final : public Runtime {
   Status destroy_event(Handle) override { return no(); }
   Status record(Handle, Handle) override { return no(); }
   Status wait_event(Handle) override { return no(); }
+  Result<bool> query(Handle) override { return no(); }
   Result<float> elapsed_ms(Handle, Handle) override { return no(); }
   Result<int> export_dmabuf(void*, std::size_t) override { return no(); }
 

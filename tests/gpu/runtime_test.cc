@@ -80,6 +80,9 @@ TEST_P(BackendTest, MemoryRoundTripsThroughCopiesOnAStreamTimedByEvents) {
   ASSERT_TRUE(rt->record(*end, *stream).ok());
   ASSERT_TRUE(rt->synchronize(*stream).ok());
   ASSERT_TRUE(rt->wait_event(*end).ok());
+  auto done = rt->query(*end);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
   EXPECT_EQ(std::memcmp(in.data(), out.data(), kBytes), 0);
   auto ms = rt->elapsed_ms(*start, *end);
   ASSERT_TRUE(ms.ok());

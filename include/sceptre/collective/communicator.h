@@ -30,6 +30,10 @@
 
 #include "sceptre/core/result.h"
 
+namespace sceptre::gpu {
+class Runtime;
+}  // namespace sceptre::gpu
+
 namespace sceptre::collective {
 
 // The rendezvous store: set a key once, read it when it appears.
@@ -78,5 +82,16 @@ class Communicator {
 // A Gloo communicator over TCP (libgloo: the library c10d's ProcessGroupGloo is built on).
 Result<std::unique_ptr<Communicator>> connect_gloo(KeyValue& store, std::size_t rank, std::size_t size,
                                                    const CommOptions& options);
+
+// A communicator over NCCL (NVIDIA) or RCCL (AMD), whichever matches `gpu`'s vendor, loaded at
+// run time (libnccl.so.2 / librccl.so.1; SCEPTRE_NCCL_LIBRARY / SCEPTRE_RCCL_LIBRARY name other
+// files). `data` of allreduce_sum is device memory of `device`. Rank 0 makes NCCL's unique id
+// and publishes it in the store under the prefix. Every wait is bounded: joining by
+// rendezvous_timeout, a collective by `timeout` (the whole collective: NCCL shows no progress
+// within one), abort() at once; a peer that aborted fails the others' collectives
+// (kUnavailable). kFailedPrecondition without a GPU runtime; kUnavailable when the library is
+// not viable here.
+Result<std::unique_ptr<Communicator>> connect_nccl(KeyValue& store, std::size_t rank, std::size_t size,
+                                                   const CommOptions& options, gpu::Runtime& gpu, int device = 0);
 
 }  // namespace sceptre::collective

@@ -75,6 +75,8 @@ class Runtime {
   virtual Status destroy_event(Handle event) = 0;
   virtual Status record(Handle event, Handle stream) = 0;
   virtual Status wait_event(Handle event) = 0;  // host waits for it
+  // Whether the work before the event's record is done; never blocks.
+  virtual Result<bool> query(Handle event) = 0;
   virtual Result<float> elapsed_ms(Handle start, Handle end) = 0;
 
   // A dmabuf file descriptor for [device_ptr, device_ptr + bytes), to register the memory with

@@ -18,6 +18,7 @@ using CUevent = struct CUevent_st*;
 using CUmemRangeHandleType = int;
 
 inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
 inline constexpr CUmemRangeHandleType kDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 
 // X(name, type): every function the backend needs, by the name libcuda.so.1 exports it under
@@ -47,6 +48,7 @@ inline constexpr CUmemRangeHandleType kDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYP
   X(cuEventCreate, CUresult(CUevent*, unsigned int))                                    \
   X(cuEventRecord, CUresult(CUevent, CUstream))                                         \
   X(cuEventSynchronize, CUresult(CUevent))                                              \
+  X(cuEventQuery, CUresult(CUevent))                                                    \
   X(cuEventDestroy_v2, CUresult(CUevent))                                               \
   X(cuEventElapsedTime, CUresult(float*, CUevent, CUevent))
 

@@ -137,6 +137,12 @@ class CudaRuntime final : public Runtime {
   Status wait_event(Handle event) override {
     return check("cuEventSynchronize", api_.cuEventSynchronize(event_of(event)));
   }
+  Result<bool> query(Handle event) override {
+    const CUresult r = api_.cuEventQuery(event_of(event));
+    if (r == kNotReady) return false;
+    SCEPTRE_RETURN_IF_ERROR(check("cuEventQuery", r));
+    return true;
+  }
   Result<float> elapsed_ms(Handle start, Handle end) override {
     float ms = 0;
     auto* fn = api_.cuEventElapsedTime_v2 ? api_.cuEventElapsedTime_v2 : api_.cuEventElapsedTime;

@@ -16,6 +16,7 @@ using hipMemcpyKind = int;
 using hipMemRangeHandleType = int;
 
 inline constexpr hipError_t kSuccess = 0;
+inline constexpr hipError_t kNotReady = 600;  // hipErrorNotReady
 inline constexpr hipMemcpyKind kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3;
 inline constexpr hipMemRangeHandleType kDmaBufFd = 1;  // hipMemRangeHandleTypeDmaBufFd
 
@@ -41,6 +42,7 @@ inline constexpr hipMemRangeHandleType kDmaBufFd = 1;  // hipMemRangeHandleTypeD
   X(hipEventCreate, hipError_t(hipEvent_t*))                                                    \
   X(hipEventRecord, hipError_t(hipEvent_t, hipStream_t))                                        \
   X(hipEventSynchronize, hipError_t(hipEvent_t))                                                \
+  X(hipEventQuery, hipError_t(hipEvent_t))                                                      \
   X(hipEventDestroy, hipError_t(hipEvent_t))                                                    \
   X(hipEventElapsedTime, hipError_t(float*, hipEvent_t, hipEvent_t))
 

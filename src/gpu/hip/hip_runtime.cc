@@ -115,6 +115,12 @@ class HipRuntime final : public Runtime {
   Status wait_event(Handle event) override {
     return check("hipEventSynchronize", api_.hipEventSynchronize(event_of(event)));
   }
+  Result<bool> query(Handle event) override {
+    const hipError_t r = api_.hipEventQuery(event_of(event));
+    if (r == kNotReady) return false;
+    SCEPTRE_RETURN_IF_ERROR(check("hipEventQuery", r));
+    return true;
+  }
   Result<float> elapsed_ms(Handle start, Handle end) override {
     float ms = 0;
     SCEPTRE_RETURN_IF_ERROR(check("hipEventElapsedTime", api_.hipEventElapsedTime(&ms, event_of(start), event_of(end))));

@@ -148,6 +148,7 @@ CUresult cuEventRecord(CUevent e, CUstream) {
   return fake::kOk;
 }
 CUresult cuEventSynchronize(CUevent e) { return e ? fake::kOk : fake::kInvalidValue; }
+CUresult cuEventQuery(CUevent e) { return e ? fake::kOk : fake::kInvalidValue; }  // work is done when enqueued
 CUresult cuEventDestroy_v2(CUevent e) {
   if (!e) return fake::kInvalidValue;
   std::unique_ptr<CUevent_st> gone(e);

@@ -118,6 +118,7 @@ hipError_t hipEventRecord(hipEvent_t e, hipStream_t) {
   return fake::kOk;
 }
 hipError_t hipEventSynchronize(hipEvent_t e) { return e ? fake::kOk : fake::kInvalidValue; }
+hipError_t hipEventQuery(hipEvent_t e) { return e ? fake::kOk : fake::kInvalidValue; }  // work is done when enqueued
 hipError_t hipEventDestroy(hipEvent_t e) {
   if (!e) return fake::kInvalidValue;
   std::unique_ptr<ihipEvent_t> gone(e);
