@@ -60,8 +60,12 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
       for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>(r * 100 + i);
       EXPECT_TRUE(gpu_->copy_to_device(*p, host.data(), count * sizeof(float), nullptr).ok());
       out.push_back(static_cast<float*>(*p));
+      allocated_.push_back(*p);
     }
     return out;
+  }
+  void TearDown() override {
+    for (void* p : allocated_) EXPECT_TRUE(gpu_->free(p).ok());
   }
   // Every member's allreduce at once, on threads; their results by rank.
   std::vector<Status> allreduce_all(std::vector<std::unique_ptr<Communicator>>& comms, std::vector<float*>& bufs,
@@ -79,6 +83,7 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<gpu::Runtime> gpu_;
   MemoryStore store_;
   int prefixes_ = 0;
+  std::vector<void*> allocated_;  // freed after each test
 };
 
 TEST_P(NcclTest, AllreduceSumsDeviceMemoryOverTheMembers) {
@@ -100,7 +105,6 @@ TEST_P(NcclTest, AllreduceSumsDeviceMemoryOverTheMembers) {
       // Round 1: sum over r of (100 r + i) = 600 + 4 i; round 2 sums four copies of that.
       EXPECT_EQ(host[i], 4.0f * (600.0f + 4.0f * static_cast<float>(i))) << "rank " << r << " element " << i;
     }
-    EXPECT_TRUE(gpu_->free(bufs[r]).ok());
   }
 }
 
