@@ -3,9 +3,15 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <mutex>
+
 namespace sceptre::gpu {
 
 Result<DynLib> DynLib::open(const std::vector<std::string>& names) {
+  // One open at a time: the loader orders concurrent dlopens with a lock of its own, which
+  // ThreadSanitizer does not see, and the link map read below is written by the loading one.
+  static std::mutex mu;
+  std::lock_guard lock(mu);
   std::string tried;
   for (const auto& name : names) {
     // RTLD_LOCAL: the vendor's symbols must not resolve anybody else's (a fake and a real

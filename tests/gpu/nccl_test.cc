@@ -1,7 +1,10 @@
 // The NCCL communicator (sceptre/collective/communicator.h) against the fake NCCL and RCCL
 // (tests/gpu/fake/fake_nccl.cc) and the fake GPU runtimes, found through LD_LIBRARY_PATH as the
-// real ones would be; members are threads of this process, each on a GPU of its own.
+// real ones would be; members are threads of this process, each on a GPU of its own
+// (gpu_proc_test has members that are procs).
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <thread>
 #include <vector>
@@ -25,6 +28,9 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
                           "SCEPTRE_FAKE_GPU_COUNT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) {
       env_.set(v, std::nullopt);
     }
+    char tmpl[] = "/tmp/sceptre-nccl-XXXXXX";  // the fake NCCL's communicators (files)
+    dir_ = ::mkdtemp(tmpl);
+    env_.set("SCEPTRE_FAKE_NCCL_DIR", dir_);
     auto rt = gpu::load(GetParam());
     ASSERT_TRUE(rt.ok()) << rt.error().to_string();
     gpu_ = std::move(*rt);
@@ -33,6 +39,7 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
     CommOptions o;
     o.prefix = "test-" + std::to_string(++prefixes_);
     o.timeout = timeout;
+    o.rendezvous_timeout = 60s;  // generous: threads of busy sanitizer builds
     return o;
   }
   // Connects `n` members, each a thread on GPU `rank`.
@@ -66,6 +73,7 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override {
     for (void* p : allocated_) EXPECT_TRUE(gpu_->free(p).ok());
+    std::filesystem::remove_all(dir_);
   }
   // Every member's allreduce at once, on threads; their results by rank.
   std::vector<Status> allreduce_all(std::vector<std::unique_ptr<Communicator>>& comms, std::vector<float*>& bufs,
@@ -84,6 +92,7 @@ class NcclTest : public ::testing::TestWithParam<std::string> {
   MemoryStore store_;
   int prefixes_ = 0;
   std::vector<void*> allocated_;  // freed after each test
+  std::string dir_;
 };
 
 TEST_P(NcclTest, AllreduceSumsDeviceMemoryOverTheMembers) {
@@ -155,10 +164,13 @@ TEST_P(NcclTest, AbortFromAnotherThreadEndsACollectiveAtOnce) {
 
 TEST_P(NcclTest, AMemberThatNeverJoinsFailsTheJoinByTheDeadline) {
   CommOptions o = options(300ms);
+  o.rendezvous_timeout = 300ms;
   auto c = connect_nccl(store_, 0, 2, o, *gpu_, 0);  // rank 1 never comes
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code(), Code::kDeadlineExceeded) << c.error().to_string();
-  auto late = connect_nccl(store_, 1, 2, options(300ms), *gpu_, 1);  // no id published under its prefix
+  o = options(300ms);
+  o.rendezvous_timeout = 300ms;
+  auto late = connect_nccl(store_, 1, 2, o, *gpu_, 1);  // no id published under its prefix
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.error().code(), Code::kDeadlineExceeded) << late.error().to_string();
 }

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
     ::setenv("SCEPTRE_SYSFS", sysfs.c_str(), 1);
     ::setenv("SCEPTRE_FAKE_GPU_FAULTS", (sysfs + "/faults").c_str(), 1);
     std::ofstream(sysfs + "/faults").flush();  // no faults yet
+    ::setenv("SCEPTRE_FAKE_NCCL_DIR", (sysfs + "/nccl").c_str(), 1);  // the fake NCCL's files
+    ::mkdir((sysfs + "/nccl").c_str(), 0755);
     // Polled often, so that the health tests are quick; still every poll of a real interval.
     if (!std::getenv("SCEPTRE_GPU_HEALTH_INTERVAL")) ::setenv("SCEPTRE_GPU_HEALTH_INTERVAL", "100ms", 1);
   }
