@@ -7,7 +7,9 @@
 // at its k-th allreduce; a member's allreduce is done once every member's file of it is there
 // (each sums them in rank order, so all end with the same bits). Communicators are non-blocking,
 // as the communicator asks: calls return ncclInProgress and ncclCommGetAsyncError says when the
-// group has joined or the collective is done. ncclCommAbort writes "broken": the others' calls
+// group has joined or the collective is done; a blocking communicator (ncclCommInitRank, or a
+// config with blocking=1: how a direct NCCL user works) waits in those calls instead.
+// ncclCommAbort writes "broken": the others' calls
 // then fail with ncclRemoteError. SCEPTRE_FAKE_NCCL_HANG_RANK=r makes rank r's collectives
 // never arrive, as a member stuck on a dead GPU would. The folders are the test's to remove.
 #include <sys/stat.h>
@@ -34,6 +36,7 @@ struct sceptre::collective::nccl::ncclComm {
   long next = 0;      // the sequence number of its next collective
   long pending = -1;  // the one in flight (-1: none)
   bool done = true;
+  bool blocking = false;
   float* buffer = nullptr;
   std::size_t count = 0;
 };
@@ -81,6 +84,20 @@ void try_finish(ncclComm& c) {
 
 }  // namespace
 
+extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* state);
+
+namespace {
+// A blocking communicator's wait: what GetAsyncError reports once it is no longer in progress.
+ncclResult_t block(ncclComm_t c) {
+  for (;;) {
+    ncclResult_t state = kInProgress;
+    ncclCommGetAsyncError(c, &state);
+    if (state != kInProgress) return state;
+    ::usleep(50);
+  }
+}
+}  // namespace
+
 extern "C" {
 
 ncclResult_t ncclGetVersion(int* v) {
@@ -103,7 +120,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return kSuccess;
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int size, ncclUniqueId id, int rank, ncclConfig_t* config) {
-  if (size <= 0 || rank < 0 || rank >= size || !config || config->blocking != 0) return kInvalidArgument;
+  if (size <= 0 || rank < 0 || rank >= size || !config) return kInvalidArgument;
   const char* root = std::getenv("SCEPTRE_FAKE_NCCL_DIR");
   if (!root || !*root) root = std::getenv("TMPDIR");
   auto c = std::make_unique<ncclComm>();
@@ -114,8 +131,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int size, ncclUniqueId id,
   ::mkdir(c->dir.c_str(), 0755);
   const char one = 1;
   if (!write_file(c->dir + "/joined-" + std::to_string(rank), &one, 1)) return 2;  // ncclSystemError
+  c->blocking = config->blocking != 0;  // NCCL's default (undefined) is blocking too
   *comm = c.release();
-  return kInProgress;
+  return (*comm)->blocking ? block(*comm) : kInProgress;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int size, ncclUniqueId id, int rank) {
+  ncclConfig_t config;
+  config.blocking = 1;
+  return ncclCommInitRankConfig(comm, size, id, rank, &config);
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* state) {
   if (exists(c->dir + "/broken")) {
@@ -140,7 +163,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
   c->count = count;
   if (c->rank == hang_rank()) return kInProgress;  // never arrives
   if (!write_file(op_file(*c, c->pending, c->rank), recv, count * sizeof(float))) return 2;
-  return kInProgress;
+  return c->blocking ? block(c) : kInProgress;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   const char one = 1;
