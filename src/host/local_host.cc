@@ -273,7 +273,7 @@ void LocalHost::watch_gpus() {
 }
 
 void LocalHost::gpu_failed(const gpu::Fault& fault) {
-  const std::string why = "sceptre host " + name() + ": its GPU " + fault.pci_bus_id + " failed: " + fault.what;
+  const std::string why = "sceptre on " + name() + ": its GPU " + fault.pci_bus_id + " failed: " + fault.what;
   std::vector<std::string> killed;
   {
     std::lock_guard lock(mu_);

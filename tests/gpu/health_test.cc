@@ -56,9 +56,12 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-void expect_gpu_failure(const std::string& fault, const std::string& says, std::size_t rank_of_gpu) {
+// Spawns 4 procs on `hosts` (the controller's own host when empty), fails GPU `rank_of_gpu` with
+// `fault` and checks that its proc, alone, fails saying so.
+void expect_gpu_failure(const std::string& fault, const std::string& says, std::size_t rank_of_gpu,
+                        const sceptre::HostMesh& hosts = sceptre::this_host()) {
   Failures failures;
-  auto procs = sceptre::this_host().spawn_procs({{"gpus", 4}}, "watched", failures.handler());
+  auto procs = hosts.spawn_procs({{"gpus", 4}}, "watched", failures.handler());
   auto probes = procs.spawn<GpuProbe>("probe");
   ASSERT_EQ(probes.call<&GpuProbe::view>().get(kWait).size(), 4u);
   Inject inject(std::to_string(rank_of_gpu) + " " + fault + "\n");
@@ -84,6 +87,11 @@ TEST(Health, AnUncorrectableEccErrorTakesOutTheProcOnThatGpu) {
 }
 
 TEST(Health, AGpuLostFromTheBusTakesOutItsProc) { expect_gpu_failure("lost", "lost from the bus", 1); }
+
+TEST(Health, AHostAgentWatchesTheGpusOfItsProcsToo) {
+  auto hosts = sceptre::Runtime::current().launch_hosts(1);
+  expect_gpu_failure("ecc 1", "1 uncorrectable ECC error", 1, hosts);
+}
 
 TEST(Health, RetiredPagesAndLastingThrottlingAreFaultsOnNvidia) {
   if (sceptre::gpu::runtime().vendor() != sceptre::gpu::Vendor::kCuda) GTEST_SKIP() << "NVML's, not ROCm SMI's";
