@@ -44,7 +44,8 @@ TEST(RealLibraries, TheRealHipRuntimeLoadsThroughTheSamePath) {
     GTEST_SKIP() << "no ROCm HIP runtime on this host: " << rt.error().message();
   }
   EXPECT_EQ(rt.error().code(), Code::kUnavailable);
-  EXPECT_EQ(rt.error().message().rfind("hip: hip", 0), 0u) << rt.error().message();
+  // hipInit refused, or it found no device: either way in the runtime's words, named "hip: ".
+  EXPECT_EQ(rt.error().message().rfind("hip: ", 0), 0u) << rt.error().message();
 }
 
 // Debian's real ROCm SMI (librocm-smi-dev, which CI installs), through the same path: on a host
