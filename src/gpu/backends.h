@@ -33,6 +33,11 @@ Error vendor_error(const char* fn, int code, const char* name, const char* text)
 // The entries of the device list in environment variable `var` ("0,2" → {"0", "2"}), up to the
 // first empty entry; nullopt when `var` is unset.
 std::optional<std::vector<std::string>> visible_list(const char* var);
+// The bus id as the vendors write it ("0000:1B:00.0"), in DeviceInfo's lower case.
+std::string lower_case(std::string bus_id);
+// kInvalidArgument unless `index` names one of the `count` devices the process sees.
+Status check_device_index(std::string_view vendor, int index, int count);
+
 // The library a backend opens: the file `override_var` names when set, else `default_name`.
 std::vector<std::string> library_names(const char* override_var, const char* default_name);
 

@@ -1,6 +1,8 @@
 // Choosing the GPU runtime of this process, the none runtime, and what the backends share.
 #include "sceptre/gpu/runtime.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 
@@ -52,6 +54,17 @@ std::optional<std::vector<std::string>> visible_list(const char* var) {
     s.remove_prefix(comma + 1);
   }
   return out;
+}
+
+std::string lower_case(std::string bus_id) {
+  std::transform(bus_id.begin(), bus_id.end(), bus_id.begin(), [](unsigned char c) { return std::tolower(c); });
+  return bus_id;
+}
+
+Status check_device_index(std::string_view vendor, int index, int count) {
+  if (index >= 0 && index < count) return ok_status();
+  return Error(Code::kInvalidArgument, std::string(vendor) + " device " + std::to_string(index) +
+                                           " does not exist (this process sees " + std::to_string(count) + ")");
 }
 
 std::vector<std::string> library_names(const char* override_var, const char* default_name) {
@@ -137,6 +150,7 @@ const char* gpu_env() {
 struct Process {
   std::unique_ptr<Runtime> runtime;
   std::string why;
+  Status status;  // load()'s error, if it gave one
 };
 
 Process& process() {
@@ -149,6 +163,7 @@ Process& process() {
       out->runtime = std::move(*rt);
     } else {
       out->why = rt.error().message();
+      out->status = rt.error();
       out->runtime = make_none_runtime(out->why);
     }
     return out.release();
@@ -167,6 +182,7 @@ Result<std::unique_ptr<Runtime>> load() { return load(gpu_env()); }
 
 Runtime& runtime() { return *process().runtime; }
 const std::string& why_none() { return process().why; }
+const Status& load_status() { return process().status; }
 
 Inventory inventory(Runtime& rt) {
   Inventory inv{rt.origin(), {}, {}};

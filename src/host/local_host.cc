@@ -129,10 +129,9 @@ Result<GpuBinding> LocalHost::bind_gpu(int index) {
   const gpu::Inventory inv = gpu::inventory();
   if (inv.origin.vendor == gpu::Vendor::kNone) {
     // A vendor asked for by name and not there is an error; found nowhere, only a note.
-    const char* asked = std::getenv("SCEPTRE_GPU");
-    if (asked && (std::string_view(asked) == "cuda" || std::string_view(asked) == "hip")) {
-      return Error(Code::kFailedPrecondition, "host " + name() + " cannot bind a proc to a GPU: SCEPTRE_GPU=" + asked +
-                                                  " is not viable here: " + inv.note);
+    if (const Status& s = gpu::load_status(); !s.ok()) {
+      return Error(Code::kFailedPrecondition, "host " + name() + " cannot bind a proc to a GPU: SCEPTRE_GPU names a "
+                                              "runtime that is not viable here: " + s.error().message());
     }
     static std::once_flag said;
     std::call_once(said, [&] {
@@ -143,6 +142,8 @@ Result<GpuBinding> LocalHost::bind_gpu(int index) {
 }
 
 Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
+  auto binding = bind_gpu(spec.gpu);
+  if (!binding) return std::move(binding).error();
   auto lifeline = make_pipe();
   if (!lifeline) return std::move(lifeline).error();
   auto out = make_pipe();
@@ -158,13 +159,8 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
     return e;
   }
 
-  // The environment: the controller's, with the spec's variables (then the GPU binding's)
-  // replacing any of the same name.
-  auto binding = bind_gpu(spec.gpu);
-  if (!binding) {
-    close_all();
-    return std::move(binding).error();
-  }
+  // The environment: the controller's, with the GPU binding's variables, then the spec's,
+  // replacing any of the same name (the binding's win over the spec's).
   std::vector<std::string> added;
   std::set<std::string> names;
   for (const std::vector<std::string>* list : {&std::as_const(binding->env), &spec.env}) {  // the binding first: it wins

@@ -77,7 +77,9 @@ void expect_gpu_failure(const std::string& fault, const std::string& says, std::
   EXPECT_NE(last.find(std::string("its GPU ") + bus + " failed: " + says), std::string::npos) << joined(f.last_lines);
   // The others are on healthy GPUs: they answer, and nobody else failed.
   for (std::size_t r = 0; r < 4; ++r) {
-    if (r != rank_of_gpu) EXPECT_EQ(probes.slice("gpus", r).call<&GpuProbe::view>().get(kWait).size(), 1u);
+    if (r != rank_of_gpu) {
+      EXPECT_EQ(probes.slice("gpus", r).call<&GpuProbe::view>().get(kWait).size(), 1u);
+    }
   }
   EXPECT_EQ(failures.wait_for(0).size(), 1u);
 }

@@ -95,6 +95,9 @@ Result<std::unique_ptr<Runtime>> load(std::string_view which);
 Runtime& runtime();
 // Why runtime() is the none runtime: each vendor's reason, or the load error ("" otherwise).
 const std::string& why_none();
+// The error load() gave for runtime() — SCEPTRE_GPU named a vendor that is not viable here, or
+// no runtime at all — else ok. runtime() is then the none runtime, although one was asked for.
+const Status& load_status();
 
 // The devices this host offers its procs, as a host agent reports them.
 struct Inventory {

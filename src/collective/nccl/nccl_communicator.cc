@@ -2,7 +2,7 @@
 // GPU runtime it works with (nccl_api.h lists what it uses).
 //
 // The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL call waits for a peer,
-// so every wait here is a poll of ncclCommGetAsyncError and of an event after the collective,
+// so every wait here is one poll() of ncclCommGetAsyncError (and of an event after the collective),
 // which ends at the deadline, at abort(), or at an error NCCL reports (a peer that aborted) —
 // and then ncclCommAbort frees whatever NCCL was still waiting on.
 #include <algorithm>
@@ -49,18 +49,24 @@ Result<ncclUniqueId> unhex(const std::string& s) {
   return id;
 }
 
-// Polls `comm` until NCCL no longer reports it in progress: ok, NCCL's error, the deadline, or
-// `stop` saying the wait is abandoned (abort).
-template <class Stop>
-Status wait_async(const Api& api, ncclComm_t comm, Clock::time_point deadline, const Stop& stop, const std::string& what) {
+// Polls until NCCL no longer reports `comm` in progress and `done()` (what else is awaited: an
+// event; Result<bool>) says so: ok, NCCL's or done()'s error, the deadline, or `stop` saying the
+// wait is abandoned (abort).
+template <class Stop, class Done>
+Status poll(const Api& api, ncclComm_t comm, Clock::time_point deadline, const Stop& stop, const std::string& what,
+            const Done& done) {
   auto nap = std::chrono::microseconds(20);
   for (;;) {
     ncclResult_t state = kInProgress;
     if (ncclResult_t r = api.ncclCommGetAsyncError(comm, &state); r != kSuccess) state = r;
-    if (state == kSuccess) return ok_status();
-    if (state != kInProgress) {
+    if (state != kSuccess && state != kInProgress) {
       const Code code = state == kRemoteError ? Code::kUnavailable : Code::kInternal;
       return Error(code, what + ": " + text(api, state));
+    }
+    if (state == kSuccess) {
+      Result<bool> finished = done();
+      if (!finished) return std::move(finished).error();
+      if (*finished) return ok_status();
     }
     if (auto why = stop()) return Error(Code::kAborted, what + ": aborted: " + *why);
     if (Clock::now() >= deadline) return Error(Code::kDeadlineExceeded, what + ": not done by its deadline");
@@ -68,6 +74,7 @@ Status wait_async(const Api& api, ncclComm_t comm, Clock::time_point deadline, c
     nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
   }
 }
+Result<bool> nothing_else() { return true; }
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -123,18 +130,9 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t r = api_.ncclAllReduce(data.data(), data.data(), data.size(), kFloat32, kSum, comm_,
                                              static_cast<cudaStream_t>(stream_));
     if (r != kSuccess && r != kInProgress) return Error(Code::kInternal, what + ": ncclAllReduce: " + text(api_, r));
-    SCEPTRE_RETURN_IF_ERROR(wait_async(api_, comm_, deadline, stop, what));  // enqueued
+    SCEPTRE_RETURN_IF_ERROR(poll(api_, comm_, deadline, stop, what, nothing_else));  // enqueued
     SCEPTRE_RETURN_IF_ERROR(gpu_.record(event_, stream_));
-    auto nap = std::chrono::microseconds(20);
-    for (;;) {  // run on the device
-      auto done = gpu_.query(event_);
-      if (!done) return std::move(done).error();
-      if (*done) return ok_status();
-      SCEPTRE_RETURN_IF_ERROR(wait_async(api_, comm_, Clock::time_point::max(), stop, what));
-      if (Clock::now() >= deadline) return Error(Code::kDeadlineExceeded, what + ": not done by its deadline");
-      std::this_thread::sleep_for(nap);
-      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
-    }
+    return poll(api_, comm_, deadline, stop, what, [this] { return gpu_.query(event_); });  // run on the device
   }
   std::optional<std::string> stopped() {
     std::lock_guard lock(mu_);
@@ -204,7 +202,8 @@ Result<std::unique_ptr<Communicator>> connect_nccl(KeyValue& store, std::size_t 
   const std::string what = backend + " communicator rank " + std::to_string(rank) + " of " + std::to_string(size);
   ncclResult_t r = api.ncclCommInitRankConfig(&comm, static_cast<int>(size), id, static_cast<int>(rank), &config);
   if (r != kSuccess && r != kInProgress) return Error(Code::kInternal, what + ": ncclCommInitRankConfig: " + text(api, r));
-  Status joined = wait_async(api, comm, Clock::now() + rendezvous, [] { return std::optional<std::string>(); }, what);
+  Status joined = poll(api, comm, Clock::now() + rendezvous, [] { return std::optional<std::string>(); }, what,
+                       nothing_else);
   if (!joined.ok()) {
     api.ncclCommAbort(comm);
     return std::move(joined).error();

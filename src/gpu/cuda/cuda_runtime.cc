@@ -4,8 +4,6 @@
 // context (the one the CUDA runtime and libtorch use too) current on the calling thread, and a
 // thread with no current context is bound to device 0 on its first call. Primary contexts are
 // retained only when first used — each costs device memory — and released when the runtime ends.
-#include <algorithm>
-#include <cctype>
 #include <mutex>
 
 #include "gpu/backends.h"
@@ -55,7 +53,7 @@ class CudaRuntime final : public Runtime {
       SCEPTRE_RETURN_IF_ERROR(check("cuDeviceGetPCIBusId", api_.cuDeviceGetPCIBusId(bus, sizeof bus, d.handle)));
       std::string visible_id =
           visible && static_cast<std::size_t>(i) < visible->size() ? (*visible)[i] : std::to_string(i);
-      d.info = DeviceInfo{i, name, lower(bus), memory, std::move(visible_id)};
+      d.info = DeviceInfo{i, name, lower_case(bus), memory, std::move(visible_id)};
       devices_.push_back(std::move(d));
     }
     contexts_.assign(devices_.size(), nullptr);
@@ -168,15 +166,7 @@ class CudaRuntime final : public Runtime {
     CUdevice handle = 0;
     DeviceInfo info;
   };
-  static std::string lower(std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-    return s;
-  }
-  Status check_index(int index) const {
-    if (index >= 0 && index < device_count()) return ok_status();
-    return Error(Code::kInvalidArgument, "CUDA device " + std::to_string(index) + " does not exist (this process sees " +
-                                             std::to_string(device_count()) + ")");
-  }
+  Status check_index(int index) const { return check_device_index("CUDA", index, device_count()); }
   // A thread that never chose a device works on device 0, as with the CUDA runtime.
   Status bind_thread() {
     CUcontext current = nullptr;

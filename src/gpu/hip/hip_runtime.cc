@@ -2,8 +2,7 @@
 //
 // HIP binds a device to a thread (hipSetDevice), device 0 until the thread binds another, so
 // this backend keeps no state of its own beyond the devices it found.
-#include <algorithm>
-#include <cctype>
+#include <cstdlib>
 
 #include "gpu/backends.h"
 #include "gpu/dynlib.h"
@@ -54,9 +53,7 @@ class HipRuntime final : public Runtime {
       SCEPTRE_RETURN_IF_ERROR(check("hipDeviceGetName", api_.hipDeviceGetName(name, sizeof name, d)));
       SCEPTRE_RETURN_IF_ERROR(check("hipDeviceTotalMem", api_.hipDeviceTotalMem(&memory, d)));
       SCEPTRE_RETURN_IF_ERROR(check("hipDeviceGetPCIBusId", api_.hipDeviceGetPCIBusId(bus, sizeof bus, i)));
-      std::string b = bus;
-      std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
-      devices_.push_back(DeviceInfo{i, name, std::move(b), memory, visible_id(i)});
+      devices_.push_back(DeviceInfo{i, name, lower_case(bus), memory, visible_id(i)});
     }
     return ok_status();
   }
@@ -140,11 +137,7 @@ class HipRuntime final : public Runtime {
 
  private:
   Status check(const char* fn, hipError_t r) const { return gpu::check(api_, fn, r); }
-  Status check_index(int index) const {
-    if (index >= 0 && index < device_count()) return ok_status();
-    return Error(Code::kInvalidArgument, "HIP device " + std::to_string(index) + " does not exist (this process sees " +
-                                             std::to_string(device_count()) + ")");
-  }
+  Status check_index(int index) const { return check_device_index("HIP", index, device_count()); }
   Status copy(void* dst, const void* src, std::size_t bytes, hipMemcpyKind kind, Handle stream) {
     return check("hipMemcpyAsync", api_.hipMemcpyAsync(dst, src, bytes, kind, stream_of(stream)));
   }
