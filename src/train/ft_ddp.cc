@@ -34,6 +34,13 @@ std::string model_json(const TrainOptions& o) {
       .dump();
 }
 
+void check_choice(const char* option, const std::string& value, std::initializer_list<std::string_view> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  std::string list;
+  for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  throw std::invalid_argument(std::string("TrainOptions::") + option + " is \"" + value + "\", not one of " + list);
+}
+
 std::string megabytes(std::uint64_t bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f MB", bytes / 1e6);
@@ -46,6 +53,7 @@ struct FtDdp::State {
   TrainOptions options;
   ActorRef<StoreActor> store;
   ActorMesh<Replica> replicas;
+  ActorMesh<CollectiveAbort> aborts;
   std::function<void(const Event&)> on_event;
   std::function<void(const StepRecord&, std::size_t)> on_step;
 
@@ -56,6 +64,9 @@ struct FtDdp::State {
   std::vector<Event> events;  // not yet delivered to on_event
   bool stopping = false;
   bool cancelled = false;
+  // The step attempt in flight: its quorum and members (none between attempts).
+  std::uint64_t flight_quorum = 0;
+  std::vector<std::size_t> flight_members;
   std::thread respawner;
 
   void event(Event::Kind kind, std::uint64_t step, std::size_t replica, std::string what, std::uint64_t bytes = 0,
@@ -130,16 +141,34 @@ FtDdp::FtDdp(ProcMesh procs, TrainOptions options) : state_(std::make_shared<Sta
   s.procs.on_failure([weak](const MeshFailure& f) {
     auto st = weak.lock();
     if (!st) return Supervise::kHandled;
+    std::vector<std::size_t> peers;  // of the failed one in the attempt in flight
+    std::uint64_t quorum = 0;
     {
       std::lock_guard lock(st->mu);
       st->status[f.rank] = Status::kDead;
       st->events.push_back(Event{Event::Kind::kFailed, 0, f.rank, f.summary(), f.when});
       if (st->options.respawn) st->to_respawn.push_back(f.rank);
+      auto& in = st->flight_members;
+      if (std::find(in.begin(), in.end(), f.rank) != in.end()) {
+        quorum = st->flight_quorum;
+        for (auto r : in)
+          if (r != f.rank) peers.push_back(r);
+      }
     }
     st->cv.notify_all();
+    // Its peers stop waiting for it now, not at their collectives' deadline.
+    for (auto r : peers) {
+      try {
+        st->aborts.at(r).send<&CollectiveAbort::abort>(quorum, "replica " + std::to_string(f.rank) + " failed");
+      } catch (const std::exception&) {  // (that one is gone too: supervision reports it)
+      }
+    }
     return Supervise::kHandled;
   });
+  check_choice("device", s.options.device, {"auto", "cpu", "cuda"});
+  check_choice("collective", s.options.collective, {"auto", "gloo", "nccl"});
   s.replicas = s.procs.spawn<Replica>("replica", s.options, s.store);
+  s.aborts = s.procs.spawn<CollectiveAbort>("collective-abort", s.store);
   s.respawner = std::thread([st = state_.get()] { st->respawn_loop(); });
 }
 
@@ -566,6 +595,11 @@ Summary FtDdp::run() {
     for (auto m : members)
       if (!assigned.count(m)) assigned[m] = take();
 
+    {
+      std::lock_guard lock(s.mu);
+      s.flight_quorum = quorum;
+      s.flight_members = members;
+    }
     std::vector<Future<StepReply>> replies;
     for (std::size_t i = 0; i < members.size(); ++i) {
       replies.push_back(s.replicas.at(members[i]).call<&Replica::step>(
@@ -580,6 +614,10 @@ Summary FtDdp::run() {
       try {
         auto r = replies[i].get(o.step_timeout);
         if (!r.reused) ++sum.gradients_computed;
+        if (r.ok) {
+          sum.device = r.device;
+          sum.collective = r.collective;
+        }
         loss += r.loss;
         if (!r.ok) {
           all_ok = false;
@@ -587,14 +625,18 @@ Summary FtDdp::run() {
             std::lock_guard lock(s.mu);
             if (s.status[members[i]] == Status::kLive) s.status[members[i]] = Status::kFresh;
           }
-          if (why.empty()) why = "replica " + std::to_string(members[i]) + ": " + r.error;
+          why += (why.empty() ? "replica " : "; replica ") + std::to_string(members[i]) + ": " + r.error;
         }
       } catch (const std::exception& e) {
         all_ok = false;
-        why = "replica " + std::to_string(members[i]) + " lost: " + e.what();
+        why += (why.empty() ? "replica " : "; replica ") + std::to_string(members[i]) + " lost: " + e.what();
         ++sum.gradients_computed;  // (or begun): lost with it
         s.lost(members[i]);
       }
+    }
+    {
+      std::lock_guard lock(s.mu);
+      s.flight_members.clear();
     }
     if (!all_ok) {
       broken = true;
@@ -661,7 +703,7 @@ Summary FtDdp::run() {
 }
 
 std::uint64_t replay(const TrainOptions& options, const std::vector<StepRecord>& steps) {
-  ReplicaCore core(options.model);
+  ReplicaCore core(options.model, options.device);
   collective::MemoryStore store;
   std::map<std::size_t, std::vector<std::unique_ptr<collective::Communicator>>> comms;  // by size
   for (const auto& rec : steps) {

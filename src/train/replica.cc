@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "sceptre/actor/proc.h"
+#include "sceptre/gpu/runtime.h"
 #include "sceptre/train/ft_ddp.h"
 
 namespace sceptre::train {
@@ -87,6 +88,73 @@ void warm(void* data, std::size_t size) {
   ::close(fds[0]);
   ::close(fds[1]);
 }
+
+// The communicator each replica of this proc has now, by its job (its store's id), for
+// CollectiveAbort; and the last quorum aborted, so that a communicator made for it afterwards
+// is aborted at once.
+class Collectives {
+ public:
+  static Collectives& of_this_proc() {
+    static Collectives c;
+    return c;
+  }
+  // This job's communicator is now `comm`, for `quorum`; false if that quorum is aborted.
+  bool set(const std::string& job, std::uint64_t quorum, std::shared_ptr<collective::Communicator> comm) {
+    std::lock_guard lock(mu_);
+    auto& e = jobs_[job];
+    e.quorum = quorum;
+    e.comm = std::move(comm);
+    return quorum > e.aborted;
+  }
+  void abort(const std::string& job, std::uint64_t quorum, const std::string& why) {
+    std::shared_ptr<collective::Communicator> comm;
+    {
+      std::lock_guard lock(mu_);
+      auto& e = jobs_[job];
+      e.aborted = std::max(e.aborted, quorum);
+      if (e.quorum == quorum) comm = e.comm;
+    }
+    if (comm) comm->abort(why);
+  }
+  void forget(const std::string& job) {
+    std::lock_guard lock(mu_);
+    jobs_.erase(job);
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t quorum = 0, aborted = 0;
+    std::shared_ptr<collective::Communicator> comm;
+  };
+  std::mutex mu_;
+  std::map<std::string, Entry> jobs_;
+};
+
+// Device memory of this proc's GPU, for gradients of a model on the CPU summed by NCCL.
+class Staging {
+ public:
+  Staging(gpu::Runtime& gpu, std::size_t floats) : gpu_(gpu) {
+    auto p = gpu.allocate(floats * sizeof(float));
+    if (!p.ok()) throw std::runtime_error("replica: device memory to stage the gradients in: " + p.error().to_string());
+    data_ = std::span(static_cast<float*>(*p), floats);
+  }
+  ~Staging() { (void)gpu_.free(data_.data()); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  // Sums host `data` with `comm` through the device buffer.
+  Status allreduce(collective::Communicator& comm, std::span<float> data) {
+    const std::size_t bytes = data.size() * sizeof(float);
+    SCEPTRE_RETURN_IF_ERROR(gpu_.copy_to_device(data_.data(), data.data(), bytes, nullptr));
+    SCEPTRE_RETURN_IF_ERROR(gpu_.synchronize(nullptr));
+    SCEPTRE_RETURN_IF_ERROR(comm.allreduce_sum(data_.first(data.size())));
+    SCEPTRE_RETURN_IF_ERROR(gpu_.copy_to_host(data.data(), data_.data(), bytes, nullptr));
+    return gpu_.synchronize(nullptr);
+  }
+
+ private:
+  gpu::Runtime& gpu_;
+  std::span<float> data_;
+};
 
 }  // namespace
 
@@ -195,8 +263,11 @@ ShardWritten CheckpointWriter::write(std::uint64_t step) {
 struct Replica::Impl {
   TrainOptions options;
   ActorStore store;
+  std::string job;  // the store's id: this job's entry in Collectives
   ReplicaCore core;
-  std::unique_ptr<collective::Communicator> comm;
+  std::string collective;            // "gloo" or "nccl", resolved
+  std::unique_ptr<Staging> staging;  // nccl with the model on the CPU
+  std::shared_ptr<collective::Communicator> comm;
   std::uint64_t comm_quorum = 0;
   std::shared_ptr<StateServer::Shared> shared = std::make_shared<StateServer::Shared>();
   ActorRef<StateServer> server;
@@ -211,13 +282,47 @@ struct Replica::Impl {
   // The attempt in progress: its samples, this replica's gradient of them, and the sum.
   struct Pending {
     std::uint64_t step = ~0ull, first = 0, count = 0, size = 0;
-    std::vector<float> local;
-    GradientPool::Buffer summed;
+    bool computed = false;        // the core keeps this attempt's gradient
+    GradientPool::Buffer summed;  // the sum in host memory (the model on the CPU)
     float loss = 0;
     bool reduced = false;
   } pending;
 
-  Impl(TrainOptions o, ActorRef<StoreActor> s) : options(std::move(o)), store(std::move(s)), core(options.model) {}
+  Impl(TrainOptions o, ActorRef<StoreActor> s)
+      : options(std::move(o)), store(s), job(s.id().to_string()), core(options.model, options.device) {}
+  ~Impl() { Collectives::of_this_proc().forget(job); }
+
+  // The quorum's communicator, made when the quorum is new.
+  Status connect(const StepPlan& plan) {
+    if (comm && comm_quorum == plan.quorum) return ok_status();
+    drop_comm();
+    collective::CommOptions o{.prefix = "quorum-" + std::to_string(plan.quorum),
+                              .timeout = options.collective_timeout,
+                              .rendezvous_timeout = options.rendezvous_timeout,
+                              .hostname = hostname};
+    auto c = collective == "nccl" ? collective::connect_nccl(store, plan.rank, plan.size, o, gpu::runtime(), 0)
+                                  : collective::connect_gloo(store, plan.rank, plan.size, o);
+    if (!c.ok()) return c.error();
+    comm = std::move(c).value();
+    comm_quorum = plan.quorum;
+    if (!Collectives::of_this_proc().set(job, plan.quorum, comm)) {
+      comm->abort("quorum " + std::to_string(plan.quorum) + " was aborted by the controller");
+    }
+    return ok_status();
+  }
+  void drop_comm() {
+    comm.reset();
+    Collectives::of_this_proc().set(job, 0, nullptr);
+  }
+
+  // Sums the kept gradient over the quorum, where the model is.
+  Status allreduce() {
+    if (core.on_gpu()) return comm->allreduce_sum(core.sum_buffer());
+    pending.summed = gradients->take(core.parameter_count());
+    core.gradient_to(*pending.summed);
+    if (staging) return staging->allreduce(*comm, *pending.summed);
+    return comm->allreduce_sum(std::span(*pending.summed));
+  }
 };
 
 Replica::Replica(TrainOptions options, ActorRef<StoreActor> store)
@@ -246,6 +351,18 @@ void Replica::on_start() {
     warm(b->data(), b->size());
     return b;
   });
+  auto& m = *impl_;
+  m.collective = m.options.collective == "auto" ? (m.core.on_gpu() ? "nccl" : "gloo") : m.options.collective;
+  if (m.collective == "nccl") {
+    if (gpu::runtime().device_count() == 0) {
+      const Status& why = gpu::load_status();
+      throw std::runtime_error("replica: collective nccl needs a GPU, and this proc has none (" +
+                               (why.ok() ? gpu::why_none() : why.error().to_string()) + ")");
+    }
+    if (!m.core.on_gpu()) m.staging = std::make_unique<Staging>(gpu::runtime(), m.core.parameter_count());
+  } else if (m.collective != "gloo") {
+    throw std::invalid_argument("replica: collective \"" + m.collective + "\" is not auto, gloo or nccl");
+  }
   impl_->server = spawn<StateServer>("state", impl_->shared);
   impl_->writer = spawn<CheckpointWriter>("checkpoint", impl_->to_write);
 }
@@ -259,15 +376,17 @@ StepReply Replica::step(StepPlan plan) {
     return reply;
   }
   auto& p = m.pending;
+  reply.device = m.core.device();
   auto t0 = Clock::now();
-  if (p.step == plan.step && p.first == plan.first && p.count == plan.count && !p.local.empty()) {
+  if (p.step == plan.step && p.first == plan.first && p.count == plan.count && p.computed) {
     reply.reused = true;
   } else {
     p = {};
     p.step = plan.step;
     p.first = plan.first;
     p.count = plan.count;
-    p.local = m.core.local_gradients(plan.first, plan.count, &p.loss);
+    p.loss = m.core.compute(plan.first, plan.count);
+    p.computed = true;
   }
   reply.loss = p.loss;
   reply.compute_ms = ms_since(t0);
@@ -275,27 +394,16 @@ StepReply Replica::step(StepPlan plan) {
   p.size = plan.size;
 
   auto t1 = Clock::now();
-  if (!m.comm || m.comm_quorum != plan.quorum) {
-    m.comm.reset();
-    auto c = collective::connect_gloo(m.store, plan.rank, plan.size,
-                                      {.prefix = "quorum-" + std::to_string(plan.quorum),
-                                       .timeout = m.options.collective_timeout,
-                                       .rendezvous_timeout = m.options.rendezvous_timeout,
-                                       .hostname = m.hostname});
-    if (!c.ok()) {
-      reply.error = c.error().to_string();
-      return reply;
-    }
-    m.comm = std::move(c).value();
-    m.comm_quorum = plan.quorum;
+  if (auto c = m.connect(plan); !c.ok()) {
+    reply.error = c.error().to_string();
+    return reply;
   }
-  p.summed = m.gradients->take(p.local.size());
-  std::memcpy(p.summed->data(), p.local.data(), p.local.size() * sizeof(float));
-  auto r = m.comm->allreduce_sum(std::span(*p.summed));
+  reply.collective = std::string(m.comm->backend());
+  auto r = m.allreduce();
   reply.reduce_ms = ms_since(t1);
   if (!r.ok()) {
     m.comm->abort(r.error().message());  // the peers still waiting on us fail at once
-    m.comm.reset();
+    m.drop_comm();
     reply.error = r.error().to_string();
     return reply;
   }
@@ -310,10 +418,23 @@ Committed Replica::commit(std::uint64_t step) {
   if (p.step != step || !p.reduced) {
     throw std::logic_error("commit of step " + std::to_string(step) + " that this replica has not reduced");
   }
-  m.core.apply(*p.summed, p.size);
+  if (m.core.on_gpu()) {
+    m.core.apply_sum(p.size);
+  } else {
+    m.core.apply(*p.summed, p.size);
+  }
+  bool logging;
   {
     std::lock_guard lock(m.shared->mu);
-    if (m.shared->logging) {
+    logging = m.shared->logging;
+  }
+  if (logging && m.core.on_gpu()) {  // the log is served from host memory
+    p.summed = m.gradients->take(m.core.parameter_count());
+    m.core.sum_to(*p.summed);
+  }
+  if (logging) {  // (only this thread changes it)
+    std::lock_guard lock(m.shared->mu);
+    {
       auto& v = *p.summed;
       m.shared->log[m.core.step()] = {wire::Part::view(v.data(), v.size() * sizeof(float), p.summed), p.size};
     }
@@ -387,7 +508,7 @@ HealReport Replica::heal(Snapshot from) {
   auto t0 = Clock::now();
   std::uint64_t chunks = from.chunk_bytes ? (from.bytes + from.chunk_bytes - 1) / from.chunk_bytes : 0;
   m.pending = {};
-  m.comm.reset();
+  m.drop_comm();
   m.core.load_begin(from.header);  // checked against this model before any byte is fetched
   // Each chunk is copied from the buffer it was received into straight into the tensors.
   std::vector<std::pair<std::uint64_t, Future<wire::Part>>> flight;
@@ -456,8 +577,13 @@ Restored Replica::restore(std::string dir, Manifest manifest) {
     return Restored{false, e.what(), m.core.step(), 0};
   }
   m.pending = {};
-  m.comm.reset();
+  m.drop_comm();
   return Restored{true, "", m.core.step(), m.core.digest()};
 }
+
+// --- aborting a collective from the controller -----------------------------------------------------
+CollectiveAbort::CollectiveAbort(ActorRef<StoreActor> store) : job_(store.id().to_string()) {}
+
+void CollectiveAbort::abort(std::uint64_t quorum, std::string why) { Collectives::of_this_proc().abort(job_, quorum, why); }
 
 }  // namespace sceptre::train

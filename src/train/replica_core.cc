@@ -2,6 +2,7 @@
 #include "sceptre/train/replica_core.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <xxhash.h>
 
@@ -43,10 +44,48 @@ struct Reader {
   }
 };
 
+// "cpu", "cuda" (device 0 of what this process sees) or "auto".
+torch::Device resolve_device(std::string_view name) {
+  if (name == "cpu") return torch::kCPU;
+  if (name != "cuda" && name != "auto") {
+    throw std::invalid_argument("replica: device \"" + std::string(name) + "\" is not cpu, cuda or auto");
+  }
+  if (torch::cuda::is_available()) return {torch::kCUDA, 0};
+  if (name == "auto") return torch::kCPU;
+  throw std::runtime_error(
+      "replica: device \"cuda\": this libtorch sees no GPU (torch::cuda::is_available() is false: a CPU-only "
+      "libtorch, or no device visible to this process); build against a CUDA or ROCm libtorch, see the README");
+}
+
+// The bytes of a contiguous tensor, as a flat uint8 tensor on its device.
+torch::Tensor bytes_of_tensor(const torch::Tensor& t) {
+  return torch::from_blob(t.data_ptr(), {static_cast<std::int64_t>(t.nbytes())}, t.options().dtype(torch::kUInt8));
+}
+torch::Tensor host_bytes(const void* p, std::size_t n) {
+  return torch::from_blob(const_cast<void*>(p), {static_cast<std::int64_t>(n)}, torch::kUInt8);
+}
+
+// Copies n bytes from host memory to byte `at` of a contiguous tensor, and back.
+void copy_to_tensor(const torch::Tensor& t, std::size_t at, const void* p, std::size_t n) {
+  if (t.is_cpu()) {
+    std::memcpy(static_cast<std::byte*>(t.data_ptr()) + at, p, n);
+  } else {
+    bytes_of_tensor(t).slice(0, static_cast<std::int64_t>(at), static_cast<std::int64_t>(at + n)).copy_(host_bytes(p, n));
+  }
+}
+void copy_from_tensor(const torch::Tensor& t, void* out) {
+  if (t.is_cpu()) {
+    std::memcpy(out, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
+  } else {
+    host_bytes(out, static_cast<std::size_t>(t.nbytes())).copy_(bytes_of_tensor(t));
+  }
+}
+
 }  // namespace
 
 struct ReplicaCore::Impl {
   ModelSpec spec;
+  torch::Device device{torch::kCPU};
   torch::nn::Sequential model{nullptr};
   std::unique_ptr<torch::optim::Adam> optimizer;
   torch::Tensor teacher;
@@ -58,6 +97,8 @@ struct ReplicaCore::Impl {
   std::vector<torch::optim::AdamParamState*> adam;  // per parameter, owned by the optimizer
   std::vector<std::size_t> ends;                    // byte offset where each state tensor's data ends
   std::size_t header_bytes = 0;
+  torch::Tensor local;  // the kept gradient, flat, on the device
+  torch::Tensor sum;    // on a GPU: what the quorum sums into
 
   // An in-place load under way (load_begin .. load_end).
   struct Loading {
@@ -67,7 +108,7 @@ struct ReplicaCore::Impl {
     std::size_t copied = 0;
   } loading;
 
-  explicit Impl(const ModelSpec& s) : spec(s) {
+  Impl(const ModelSpec& s, torch::Device d) : spec(s), device(d) {
     torch::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(spec.seed));
     teacher = torch::randn({spec.inputs, spec.classes}, gen);
@@ -79,6 +120,7 @@ struct ReplicaCore::Impl {
       auto fan_in = p.dim() > 1 ? p.size(1) : spec.hidden;
       p.copy_(torch::randn(p.sizes(), gen) / std::sqrt(static_cast<double>(fan_in)));
     }
+    model->to(device);  // made on the CPU from the seed: the same bits on every device
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
                                                      torch::optim::AdamOptions(spec.learning_rate));
     auto params = model->parameters();
@@ -101,6 +143,25 @@ struct ReplicaCore::Impl {
     std::size_t at = 0;
     for (auto& t : state) ends.push_back(at += static_cast<std::size_t>(t.nbytes()));
     header_bytes = 4 + sizeof(kVersion) + 8 + 8 + 8 * state.size() + 8 * params.size();
+    std::int64_t n = 0;
+    for (auto& p : params) n += p.numel();
+    auto on_device = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    local = torch::zeros({n}, on_device);
+    if (!device.is_cpu()) sum = torch::zeros({n}, on_device);
+  }
+
+  void step_with(const torch::Tensor& g) {  // g: the averaged gradient, flat, on the device
+    std::int64_t at = 0;
+    for (auto& p : model->parameters()) {
+      p.mutable_grad() = g.slice(0, at, at + p.numel()).view_as(p);
+      at += p.numel();
+    }
+    optimizer->step();
+    ++step;
+  }
+
+  void need_gpu(const char* what) const {
+    if (device.is_cpu()) throw std::logic_error(std::string(what) + ": the model is on the CPU");
   }
 
   std::size_t data_bytes() const { return ends.empty() ? 0 : ends.back(); }
@@ -155,7 +216,7 @@ struct ReplicaCore::Impl {
     while (n > 0) {
       std::size_t begin = i == 0 ? 0 : ends[i - 1];
       std::size_t k = std::min(n, ends[i] - at);
-      std::memcpy(static_cast<std::byte*>(state[i].data_ptr()) + (at - begin), p, k);
+      copy_to_tensor(state[i], at - begin, p, k);
       at += k;
       p += k;
       n -= k;
@@ -169,27 +230,43 @@ struct ReplicaCore::Impl {
   }
 };
 
-ReplicaCore::ReplicaCore(const ModelSpec& spec) : impl_(std::make_unique<Impl>(spec)) {
+ReplicaCore::ReplicaCore(const ModelSpec& spec, std::string_view device)
+    : impl_(std::make_unique<Impl>(spec, resolve_device(device))) {
   torch::set_num_threads(1);  // one thread per replica: the same bits in every process
 }
 ReplicaCore::~ReplicaCore() = default;
 
-std::vector<float> ReplicaCore::local_gradients(std::uint64_t first, std::uint64_t count, float* loss) {
+bool ReplicaCore::gpu_available() { return torch::cuda::is_available(); }
+std::string ReplicaCore::device() const { return impl_->device.str(); }
+bool ReplicaCore::on_gpu() const { return !impl_->device.is_cpu(); }
+
+float ReplicaCore::compute(std::uint64_t first, std::uint64_t count) {
   auto& m = *impl_;
+  // The samples are made on the CPU, from their index: the same on every device.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(m.spec.seed) * 1000003ull + first);
   auto x = torch::randn({static_cast<std::int64_t>(count), m.spec.inputs}, gen);
   auto y = x.matmul(m.teacher).argmax(1);
   m.model->zero_grad();
-  auto l = torch::nn::functional::cross_entropy(m.model->forward(x), y);
+  auto l = torch::nn::functional::cross_entropy(m.model->forward(x.to(m.device)), y.to(m.device));
   l.backward();
-  if (loss) *loss = l.item<float>();
-  std::vector<float> out(parameter_count());
-  std::size_t at = 0;
+  std::int64_t at = 0;
   for (auto& p : m.model->parameters()) {
-    auto g = p.grad().contiguous();
-    std::memcpy(out.data() + at, g.data_ptr<float>(), static_cast<std::size_t>(g.numel()) * sizeof(float));
-    at += static_cast<std::size_t>(g.numel());
+    m.local.slice(0, at, at + p.numel()).copy_(p.grad().reshape(-1));
+    at += p.numel();
   }
+  return l.item<float>();
+}
+
+void ReplicaCore::gradient_to(std::span<float> out) const {
+  if (out.size() != parameter_count()) throw std::invalid_argument("gradient_to: a buffer of the wrong size");
+  copy_from_tensor(impl_->local, out.data());
+}
+
+std::vector<float> ReplicaCore::local_gradients(std::uint64_t first, std::uint64_t count, float* loss) {
+  float l = compute(first, count);
+  if (loss) *loss = l;
+  std::vector<float> out(parameter_count());
+  gradient_to(out);
   return out;
 }
 
@@ -197,14 +274,28 @@ void ReplicaCore::apply(std::span<const float> summed, std::size_t members) {
   auto& m = *impl_;
   if (summed.size() != parameter_count()) throw std::invalid_argument("apply: gradient of the wrong size");
   auto g = torch::from_blob(const_cast<float*>(summed.data()), {static_cast<std::int64_t>(summed.size())},
-                            torch::kFloat32) / static_cast<float>(members);
-  std::int64_t at = 0;
-  for (auto& p : m.model->parameters()) {
-    p.mutable_grad() = g.slice(0, at, at + p.numel()).view_as(p);
-    at += p.numel();
-  }
-  m.optimizer->step();
-  ++m.step;
+                            torch::kFloat32);
+  m.step_with(g.to(m.device) / static_cast<float>(members));
+}
+
+std::span<float> ReplicaCore::sum_buffer() {
+  auto& m = *impl_;
+  m.need_gpu("sum_buffer");
+  m.sum.copy_(m.local);
+  torch::cuda::synchronize();  // a collective on a stream of its own reads it next
+  return {m.sum.data_ptr<float>(), static_cast<std::size_t>(m.sum.numel())};
+}
+
+void ReplicaCore::apply_sum(std::size_t members) {
+  auto& m = *impl_;
+  m.need_gpu("apply_sum");
+  m.step_with(m.sum / static_cast<float>(members));
+}
+
+void ReplicaCore::sum_to(std::span<float> out) const {
+  impl_->need_gpu("sum_to");
+  if (out.size() != parameter_count()) throw std::invalid_argument("sum_to: a buffer of the wrong size");
+  copy_from_tensor(impl_->sum, out.data());
 }
 
 std::uint64_t ReplicaCore::step() const { return impl_->step; }
@@ -221,7 +312,10 @@ std::uint64_t ReplicaCore::digest() const {
   XXH3_state_t* h = XXH3_createState();
   XXH3_64bits_reset(h);
   XXH3_64bits_update(h, header.data(), header.size());
-  for (auto& t : m.state) XXH3_64bits_update(h, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
+  for (auto& t : m.state) {
+    auto host = t.cpu();  // (itself on the CPU)
+    XXH3_64bits_update(h, host.data_ptr(), static_cast<std::size_t>(host.nbytes()));
+  }
   auto d = XXH3_64bits_digest(h);
   XXH3_freeState(h);
   return d;
@@ -237,9 +331,15 @@ std::size_t ReplicaCore::state_bytes() const { return impl_->header_bytes + impl
 
 void ReplicaCore::save(std::string& out) const {
   auto& m = *impl_;
-  out = m.header();
-  out.reserve(state_bytes());
-  for (auto& t : m.state) put(out, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
+  // Into out's own memory (assigning a new string would give up a buffer already touched).
+  auto header = m.header();
+  out.resize(state_bytes());
+  std::memcpy(out.data(), header.data(), header.size());
+  std::size_t at = header.size();
+  for (auto& t : m.state) {
+    copy_from_tensor(t, out.data() + at);
+    at += static_cast<std::size_t>(t.nbytes());
+  }
 }
 
 void ReplicaCore::load(const std::string& bytes) {
@@ -288,7 +388,7 @@ void ReplicaCore::load_end() {
 
 namespace {
 std::string bytes_of(const torch::Tensor& t) {
-  auto c = t.contiguous();
+  auto c = t.contiguous().cpu();
   return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.nbytes()));
 }
 }  // namespace

@@ -296,6 +296,59 @@ TEST(ReplicaCore, StateRoundTripsBitwiseAndBadBytesAreRefused) {
   EXPECT_EQ(c.digest(), before) << "a refused state changed the replica";
 }
 
+TEST(ReplicaCore, SaveWritesIntoTheBufferItIsGiven) {
+  ReplicaCore a(small(1).model);
+  std::string out(a.state_bytes(), 'x');  // a buffer already touched, as a state server keeps one
+  const char* before = out.data();
+  a.save(out);
+  EXPECT_EQ(out.data(), before) << "save() gave up the buffer it was given";
+  EXPECT_EQ(out, a.save());
+}
+
+TEST(ReplicaCore, TheDeviceIsChosenAndOneNotThereIsAClearError) {
+  const ModelSpec spec = small(1).model;
+  EXPECT_THROW(ReplicaCore(spec, "tpu"), std::invalid_argument);
+  ReplicaCore cpu(spec, "cpu");
+  EXPECT_EQ(cpu.device(), "cpu");
+  EXPECT_FALSE(cpu.on_gpu());
+  EXPECT_THROW(cpu.sum_buffer(), std::logic_error);
+  EXPECT_EQ(ReplicaCore(spec, "auto").device(), ReplicaCore::gpu_available() ? "cuda:0" : "cpu");
+  if (!ReplicaCore::gpu_available()) {
+    try {
+      ReplicaCore gpu(spec, "cuda");
+      ADD_FAILURE() << "a model on a GPU this libtorch does not see";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("this libtorch sees no GPU"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// With a CUDA or ROCm libtorch on a GPU machine (scripts/gpu-check): the state's bytes do not
+// depend on the device, and a step through the device sum equals one through host memory.
+TEST(ReplicaCore, OnAGpuTheStateMovesToAndFromTheCpuBitwise) {
+  if (!ReplicaCore::gpu_available()) GTEST_SKIP() << "this libtorch sees no GPU";
+  const ModelSpec spec = small(1).model;
+  ReplicaCore gpu(spec, "cuda"), host(spec, "cpu"), other(spec, "cuda");
+  EXPECT_EQ(gpu.device(), "cuda:0");
+  EXPECT_EQ(gpu.digest(), host.digest()) << "the initial weights depend on the device";
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    gpu.compute(step * 32, 32);
+    auto sum = gpu.sum_buffer();
+    EXPECT_EQ(sum.size(), gpu.parameter_count());
+    std::vector<float> via_host(gpu.parameter_count());
+    gpu.sum_to(via_host);
+    gpu.apply_sum(1);
+    other.apply(other.local_gradients(step * 32, 32, nullptr), 1);
+  }
+  EXPECT_EQ(gpu.digest(), other.digest()) << "the device sum and the host sum stepped differently";
+  host.load(gpu.save());
+  EXPECT_EQ(host.digest(), gpu.digest());
+  ReplicaCore back(spec, "cuda");
+  back.load(host.save());
+  EXPECT_EQ(back.digest(), gpu.digest());
+  EXPECT_EQ(back.tensors().size(), host.tensors().size());
+}
+
 }  // namespace
 }  // namespace sceptre::train
 

@@ -86,7 +86,9 @@ struct StepReply {
   std::string error;        // why not, when !ok
   double compute_ms = 0, reduce_ms = 0;
   std::uint64_t at_step = 0;  // the replica's committed steps
-  SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step)
+  std::string device;         // where the model is: "cpu", "cuda:0"
+  std::string collective;     // the communicator's backend ("gloo", "nccl", "rccl"); "" before one
+  SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step, device, collective)
 };
 
 struct Committed {
@@ -171,8 +173,16 @@ struct TrainOptions {
   bool respawn = true;                     // replace failed replicas
   bool end_with_all_replicas = false;      // run() waits (up to 2 step_timeouts) for every replica to rejoin
   CheckpointOptions checkpoint;
+  // Where each replica's model lives: "auto" (its GPU when its libtorch sees one: a CUDA or ROCm
+  // libtorch, the proc bound to a GPU by spawn_procs({{"gpus", N}})), "cpu" or "cuda".
+  std::string device = "auto";
+  // How the quorum sums gradients: "auto" (NCCL/RCCL when the model is on a GPU, Gloo on the
+  // CPU), "gloo" or "nccl" (the GPU's vendor picks NCCL or RCCL). "nccl" with a model on the CPU
+  // stages the gradients through device memory (a CPU-only libtorch on a GPU host; the tests).
+  // With NCCL, collective_timeout bounds a whole collective, not only its silences.
+  std::string collective = "auto";
   SCEPTRE_FIELDS(model, steps, batch, min_replicas, collective_timeout, rendezvous_timeout, step_timeout, chunk_bytes,
-                 chunks_in_flight, respawn, end_with_all_replicas, checkpoint)
+                 chunks_in_flight, respawn, end_with_all_replicas, checkpoint, device, collective)
 };
 
 // --- the replica ----------------------------------------------------------------------------------
@@ -204,6 +214,21 @@ class CheckpointWriter : public Actor {
   std::shared_ptr<Shared> shared_;
 };
 SCEPTRE_ACTOR(CheckpointWriter, write);
+
+// Aborts the collective a replica of this proc is in, from another thread: the controller sends
+// it to the other members of a quorum when supervision reports one of them failed, so that they
+// stop waiting for it at once (a dead peer's NCCL collective otherwise lasts until its
+// deadline). One per proc, beside its Replica (the same job: the same store).
+class CollectiveAbort : public Actor {
+ public:
+  explicit CollectiveAbort(ActorRef<StoreActor> store);
+  // Aborts the communicator of quorum `quorum` (and any this replica makes for it later).
+  void abort(std::uint64_t quorum, std::string why);
+
+ private:
+  std::string job_;
+};
+SCEPTRE_ACTOR(CollectiveAbort, abort);
 
 class Replica : public Actor {
  public:
@@ -275,6 +300,7 @@ struct Summary {
   std::vector<StepRecord> steps;
   std::map<std::size_t, std::uint64_t> digests;  // live replicas at the end
   std::vector<Event> events;
+  std::string device, collective;  // as the members of the last committed step reported them
 };
 
 class FtDdp {

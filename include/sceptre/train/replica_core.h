@@ -3,10 +3,14 @@
 // random "teacher" on samples generated from their index, so every process makes the same
 // samples from the same numbers and no data is downloaded.
 //
-// A step is split the way the quorum needs it: local_gradients() computes this replica's
-// gradient of a block of samples (kept, so a retried step reuses it), apply() takes the sum over
-// the quorum and steps the optimizer. The committed state (parameters, optimizer state, step)
-// travels as bytes for healing and checkpoints.
+// A step is split the way the quorum needs it: compute() computes this replica's gradient of a
+// block of samples and keeps it (a retried step reuses it), the quorum sums it, apply() steps the
+// optimizer with the sum. The committed state (parameters, optimizer state, step) travels as
+// bytes for healing and checkpoints, the same bytes whichever device the model is on.
+//
+// The model lives on the CPU or on a GPU ("cuda": torch::kCUDA, which a ROCm libtorch maps to
+// HIP), device 0 of what the process sees (spawn_procs binds each proc to its own GPU). On a GPU
+// the gradients and their sum stay in device memory (sum_buffer()), for a GPU collective.
 #pragma once
 
 #include <cstdint>
@@ -32,16 +36,39 @@ struct ModelSpec {
 
 class ReplicaCore {
  public:
-  explicit ReplicaCore(const ModelSpec& spec);
+  // `device`: "cpu", "cuda", or "auto" (cuda when this libtorch sees a GPU). std::runtime_error
+  // for "cuda" when it sees none (a CPU-only libtorch, or no device), std::invalid_argument for
+  // another name.
+  explicit ReplicaCore(const ModelSpec& spec, std::string_view device = "cpu");
   ~ReplicaCore();
   ReplicaCore(const ReplicaCore&) = delete;
   ReplicaCore& operator=(const ReplicaCore&) = delete;
 
-  // This replica's gradient (flattened, float32) of the mean loss over samples
-  // [first, first + count), and that loss.
+  // Whether this libtorch can put a model on a GPU here (torch::cuda::is_available()).
+  static bool gpu_available();
+  // "cpu" or "cuda:0".
+  std::string device() const;
+  bool on_gpu() const;
+
+  // Computes this replica's gradient (flattened, float32) of the mean loss over samples
+  // [first, first + count) and keeps it, on the model's device, until the next compute();
+  // returns the loss.
+  float compute(std::uint64_t first, std::uint64_t count);
+  // Copies the kept gradient to `out` (parameter_count() floats of host memory).
+  void gradient_to(std::span<float> out) const;
+  // compute(), then the gradient in host memory.
   std::vector<float> local_gradients(std::uint64_t first, std::uint64_t count, float* loss);
-  // Steps the optimizer with `summed` / `members` as the gradient; the step counter advances.
+  // Steps the optimizer with `summed` / `members` as the gradient (host memory); the step
+  // counter advances.
   void apply(std::span<const float> summed, std::size_t members);
+
+  // On a GPU: the device buffer a GPU collective sums into (parameter_count() floats of device
+  // memory, float32), filled with the kept gradient and its copy finished. apply_sum() steps
+  // the optimizer with it / `members`; sum_to() copies it to host memory. std::logic_error on
+  // the CPU.
+  std::span<float> sum_buffer();
+  void apply_sum(std::size_t members);
+  void sum_to(std::span<float> out) const;
 
   std::uint64_t step() const;
   std::size_t parameter_count() const;
