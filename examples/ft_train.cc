@@ -9,8 +9,13 @@
 // Checkpoints go to OUT/checkpoints every 100 steps; run it again and it resumes from the newest
 // complete one (--fresh starts over).
 //
+// On a host with at least as many GPUs as replicas, each replica's proc is bound to a GPU of its
+// own, and with a CUDA or ROCm libtorch its model trains there and the quorum sums with NCCL or
+// RCCL (--device, --collective override the choice).
+//
 //   ft_train [--replicas 4] [--steps 600] [--kill-every 4] [--freeze-every 9] [--out ft_train.out]
 //            [--checkpoint-every 100] [--checkpoint-dir OUT/checkpoints] [--keep 3] [--fresh]
+//            [--device auto|cpu|cuda] [--collective auto|gloo|nccl]
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,8 +28,10 @@
 #include <random>
 #include <thread>
 
+#include "sceptre/gpu/runtime.h"
 #include "sceptre/sceptre.h"
 #include "sceptre/train/ft_ddp.h"
+#include "sceptre/train/replica_core.h"
 
 namespace {
 
@@ -80,6 +87,10 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoints (default OUT/checkpoints; 'none' turns them off)");
   app.add_option("--checkpoint-every", o.checkpoint.every, "committed steps between checkpoints (0: only at the end)");
   app.add_option("--keep", o.checkpoint.keep, "complete checkpoints kept")->check(CLI::Range(1, 1000));
+  app.add_option("--device", o.device, "where the models live: auto (a GPU when libtorch sees one), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--collective", o.collective, "how gradients are summed: auto (NCCL on GPUs, else Gloo), gloo, nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   app.add_flag("--fresh", fresh, "start over: remove the checkpoints instead of resuming from them");
   CLI11_PARSE(app, argc, argv);
   if (checkpoint_dir.empty()) checkpoint_dir = out + "/checkpoints";
@@ -90,7 +101,11 @@ int main(int argc, char** argv) {
   o.model.seed = static_cast<std::int64_t>(seed);
   o.min_replicas = std::min(o.min_replicas, replicas);
 
-  ProcMesh procs = runtime.this_host().spawn_procs({{"replicas", replicas}}, "replicas");
+  // A GPU of its own for each replica when the host has enough (or when one is asked for: then
+  // too few is spawn_procs' clear error).
+  const auto gpus = static_cast<std::size_t>(gpu::runtime().device_count());
+  const bool on_gpus = o.device == "cuda" || (o.device == "auto" && gpus >= replicas && gpus > 0);
+  ProcMesh procs = runtime.this_host().spawn_procs({{on_gpus ? "gpus" : "replicas", replicas}}, "replicas");
   train::FtDdp ddp(procs, o);
 
   auto t0 = Clock::now();
@@ -166,6 +181,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(committed), static_cast<unsigned long long>(s.attempted),
               100.0 * committed / std::max<std::uint64_t>(1, s.attempted), s.failures, s.heals,
               static_cast<unsigned long long>(s.samples), s.seconds, s.samples / std::max(1e-9, s.seconds));
+  std::printf("         models on %s, gradients summed with %s\n", s.device.c_str(), s.collective.c_str());
   std::printf("         steps lost: %llu (attempts discarded); final loss %.4f; %zu live replicas %s (digest %016llx)\n",
               static_cast<unsigned long long>(s.attempted - committed), s.steps.empty() ? 0.f : s.steps.back().loss,
               s.digests.size(), identical ? "bitwise identical" : "DIFFER", static_cast<unsigned long long>(first_digest));

@@ -162,6 +162,24 @@ TEST_P(NcclTest, AbortFromAnotherThreadEndsACollectiveAtOnce) {
   comms[3]->abort("done");
 }
 
+// NCCL's asynchronous errors are polled while a collective waits, from its first poll: an error
+// that came while the communicator was idle (a peer aborted between steps) fails the next
+// collective at once, not at its deadline.
+TEST_P(NcclTest, APeerAbortedWhileThisOneWasIdleFailsItsNextCollectiveAtOnce) {
+  auto comms = connect(3, options(10min));
+  for (auto& c : comms) ASSERT_TRUE(c);
+  auto bufs = buffers(3, 16);
+  for (const auto& s : allreduce_all(comms, bufs, 16)) ASSERT_TRUE(s.ok()) << s.error().to_string();
+  comms[2]->abort("replica 2 left");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t r = 0; r < 2; ++r) {
+    Status s = comms[r]->allreduce_sum(std::span(bufs[r], 16));
+    ASSERT_FALSE(s.ok()) << "rank " << r;
+    EXPECT_EQ(s.error().code(), Code::kUnavailable) << s.error().to_string();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s);  // not the 10 minutes of the deadline
+}
+
 TEST_P(NcclTest, AMemberThatNeverJoinsFailsTheJoinByTheDeadline) {
   CommOptions o = options(300ms);
   o.rendezvous_timeout = 300ms;

@@ -49,6 +49,12 @@ Result<ncclUniqueId> unhex(const std::string& s) {
   return id;
 }
 
+// NCCL's error as an Error: a peer's (a remote error: it left, aborted or lost its network) is
+// kUnavailable, as the Gloo communicator says of a peer gone; any other is kInternal.
+Error nccl_error(const Api& api, ncclResult_t r, const std::string& what) {
+  return Error(r == kRemoteError ? Code::kUnavailable : Code::kInternal, what + ": " + text(api, r));
+}
+
 // Polls until NCCL no longer reports `comm` in progress and `done()` (what else is awaited: an
 // event; Result<bool>) says so: ok, NCCL's or done()'s error, the deadline, or `stop` saying the
 // wait is abandoned (abort).
@@ -59,10 +65,7 @@ Status poll(const Api& api, ncclComm_t comm, Clock::time_point deadline, const S
   for (;;) {
     ncclResult_t state = kInProgress;
     if (ncclResult_t r = api.ncclCommGetAsyncError(comm, &state); r != kSuccess) state = r;
-    if (state != kSuccess && state != kInProgress) {
-      const Code code = state == kRemoteError ? Code::kUnavailable : Code::kInternal;
-      return Error(code, what + ": " + text(api, state));
-    }
+    if (state != kSuccess && state != kInProgress) return nccl_error(api, state, what);
     if (state == kSuccess) {
       Result<bool> finished = done();
       if (!finished) return std::move(finished).error();
@@ -129,7 +132,7 @@ class NcclCommunicator final : public Communicator {
     SCEPTRE_RETURN_IF_ERROR(gpu_.set_device(device_));
     const ncclResult_t r = api_.ncclAllReduce(data.data(), data.data(), data.size(), kFloat32, kSum, comm_,
                                              static_cast<cudaStream_t>(stream_));
-    if (r != kSuccess && r != kInProgress) return Error(Code::kInternal, what + ": ncclAllReduce: " + text(api_, r));
+    if (r != kSuccess && r != kInProgress) return nccl_error(api_, r, what + ": ncclAllReduce");
     SCEPTRE_RETURN_IF_ERROR(poll(api_, comm_, deadline, stop, what, nothing_else));  // enqueued
     SCEPTRE_RETURN_IF_ERROR(gpu_.record(event_, stream_));
     return poll(api_, comm_, deadline, stop, what, [this] { return gpu_.query(event_); });  // run on the device
@@ -201,7 +204,7 @@ Result<std::unique_ptr<Communicator>> connect_nccl(KeyValue& store, std::size_t 
   ncclComm_t comm = nullptr;
   const std::string what = backend + " communicator rank " + std::to_string(rank) + " of " + std::to_string(size);
   ncclResult_t r = api.ncclCommInitRankConfig(&comm, static_cast<int>(size), id, static_cast<int>(rank), &config);
-  if (r != kSuccess && r != kInProgress) return Error(Code::kInternal, what + ": ncclCommInitRankConfig: " + text(api, r));
+  if (r != kSuccess && r != kInProgress) return nccl_error(api, r, what + ": ncclCommInitRankConfig");
   Status joined = poll(api, comm, Clock::now() + rendezvous, [] { return std::optional<std::string>(); }, what,
                        nothing_else);
   if (!joined.ok()) {
