@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -266,6 +267,7 @@ struct Replica::Impl {
   std::string job;  // the store's id: this job's entry in Collectives
   ReplicaCore core;
   std::string collective;            // "gloo" or "nccl", resolved
+  bool device_sum = false;           // the model on a GPU and NCCL: the sum stays in device memory
   std::unique_ptr<Staging> staging;  // nccl with the model on the CPU
   std::shared_ptr<collective::Communicator> comm;
   std::uint64_t comm_quorum = 0;
@@ -317,7 +319,7 @@ struct Replica::Impl {
 
   // Sums the kept gradient over the quorum, where the model is.
   Status allreduce() {
-    if (core.on_gpu()) return comm->allreduce_sum(core.sum_buffer());
+    if (device_sum) return comm->allreduce_sum(core.sum_buffer());
     pending.summed = gradients->take(core.parameter_count());
     core.gradient_to(*pending.summed);
     if (staging) return staging->allreduce(*comm, *pending.summed);
@@ -352,7 +354,10 @@ void Replica::on_start() {
     return b;
   });
   auto& m = *impl_;
-  m.collective = m.options.collective == "auto" ? (m.core.on_gpu() ? "nccl" : "gloo") : m.options.collective;
+  // NCCL needs a GPU of its own per member: a proc that spawn_procs bound to one (it says which).
+  const bool own_gpu = std::getenv("SCEPTRE_GPU_BUS_ID") != nullptr;
+  m.collective = m.options.collective == "auto" ? (m.core.on_gpu() && own_gpu ? "nccl" : "gloo") : m.options.collective;
+  m.device_sum = m.core.on_gpu() && m.collective == "nccl";
   if (m.collective == "nccl") {
     if (gpu::runtime().device_count() == 0) {
       const Status& why = gpu::load_status();
@@ -418,7 +423,7 @@ Committed Replica::commit(std::uint64_t step) {
   if (p.step != step || !p.reduced) {
     throw std::logic_error("commit of step " + std::to_string(step) + " that this replica has not reduced");
   }
-  if (m.core.on_gpu()) {
+  if (m.device_sum) {
     m.core.apply_sum(p.size);
   } else {
     m.core.apply(*p.summed, p.size);
@@ -428,7 +433,7 @@ Committed Replica::commit(std::uint64_t step) {
     std::lock_guard lock(m.shared->mu);
     logging = m.shared->logging;
   }
-  if (logging && m.core.on_gpu()) {  // the log is served from host memory
+  if (logging && m.device_sum) {  // the log is served from host memory
     p.summed = m.gradients->take(m.core.parameter_count());
     m.core.sum_to(*p.summed);
   }

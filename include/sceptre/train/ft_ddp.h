@@ -176,8 +176,9 @@ struct TrainOptions {
   // Where each replica's model lives: "auto" (its GPU when its libtorch sees one: a CUDA or ROCm
   // libtorch, the proc bound to a GPU by spawn_procs({{"gpus", N}})), "cpu" or "cuda".
   std::string device = "auto";
-  // How the quorum sums gradients: "auto" (NCCL/RCCL when the model is on a GPU, Gloo on the
-  // CPU), "gloo" or "nccl" (the GPU's vendor picks NCCL or RCCL). "nccl" with a model on the CPU
+  // How the quorum sums gradients: "auto" (NCCL/RCCL when the model is on a GPU of the proc's
+  // own, as spawn_procs({{"gpus", N}}) binds one; else Gloo, from host memory), "gloo" or "nccl"
+  // (the GPU's vendor picks NCCL or RCCL; each member needs a GPU of its own). "nccl" with a model on the CPU
   // stages the gradients through device memory (a CPU-only libtorch on a GPU host; the tests).
   // With NCCL, collective_timeout bounds a whole collective, not only its silences.
   std::string collective = "auto";
