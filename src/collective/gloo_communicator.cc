@@ -1,9 +1,9 @@
 // The Gloo backend of Communicator: a gloo::rendezvous::Context over Gloo's TCP transport,
-// rendezvous through our KeyValue store, gloo::allreduce (ring) with a per-call timeout, and
-// abort by closing
-// the context's connections (the peers' waiting operations fail at once; Gloo cannot wake an
-// operation of this member's own that is waiting: that one ends at its timeout, which Gloo counts
-// per wait, so it bounds silence rather than the collective's length).
+// rendezvous through our KeyValue store, gloo::allreduce (ring) with a per-call timeout (Gloo
+// counts it per wait, so it bounds silence rather than the collective's length), and abort by
+// failing every connection of the context: this member's waiting operations fail at once, and
+// its peers' as their connections to it close. (Gloo's own closeConnections() wakes only the
+// peers: an operation of this member's own would wait out its timeout, deaf to them too.)
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -11,7 +11,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <stdexcept>
 
@@ -77,45 +77,55 @@ class GlooCommunicator final : public Communicator {
   std::string_view backend() const override { return "gloo"; }
 
   Result<void> allreduce_sum(std::span<float> data) override {
-    if (aborted_.load()) return Error(Code::kAborted, "the communicator was aborted: " + why());
-    if (data.empty() || context_->size == 1) return {};
-    try {
-      gloo::AllreduceOptions opts(context_);
-      opts.setInput(data.data(), data.size());
-      opts.setOutput(data.data(), data.size());
-      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
-      opts.setTag(tag_++);
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
-      return {};
-    } catch (const std::exception& e) {
-      if (aborted_.load()) return Error(Code::kAborted, "allreduce aborted: " + why());
-      return Error(Code::kUnavailable, std::string("allreduce failed: ") + e.what());
-    }
-  }
-
-  void abort(const std::string& why) override {
     {
       std::lock_guard lock(mu_);
-      if (aborted_.exchange(true)) return;
-      why_ = why;
+      if (aborted_) return Error(Code::kAborted, "the communicator was aborted: " + why_);
+      in_flight_ = true;
     }
-    context_->closeConnections();
+    Result<void> result;
+    if (!data.empty() && context_->size > 1) {
+      try {
+        gloo::AllreduceOptions opts(context_);
+        opts.setInput(data.data(), data.size());
+        opts.setOutput(data.data(), data.size());
+        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+        opts.setTag(tag_++);
+        opts.setTimeout(timeout_);
+        gloo::allreduce(opts);
+      } catch (const std::exception& e) {
+        result = Error(Code::kUnavailable, std::string("allreduce failed: ") + e.what());
+      }
+    }
+    std::lock_guard lock(mu_);
+    in_flight_ = false;
+    if (aborted_) {
+      context_->closeConnections();  // the abort that came meanwhile
+      if (!result.ok()) result = Error(Code::kAborted, "allreduce aborted: " + why_ + " (" + result.error().message() + ")");
+    }
+    return result;
+  }
+
+  // Gloo's closeConnections() wakes the peers blocked on this member, never an operation of this
+  // member's own: that one, and every later notice of the peers' failures, would wait out its
+  // timeout. So with a collective in flight, the connections close when it ends, which it does
+  // as the failure that caused the abort reaches it (a dead peer's connections close, and each
+  // member that fails closes its own).
+  void abort(const std::string& why) override {
+    std::lock_guard lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    why_ = why;
+    if (!in_flight_) context_->closeConnections();
   }
 
  private:
-  std::string why() {
-    std::lock_guard lock(mu_);
-    return why_;
-  }
-
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::chrono::milliseconds timeout_;
   std::uint32_t tag_ = 0;
-  std::atomic<bool> aborted_{false};
   std::mutex mu_;
+  bool aborted_ = false, in_flight_ = false;
   std::string why_;
 };
 

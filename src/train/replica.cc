@@ -112,10 +112,20 @@ class Collectives {
     {
       std::lock_guard lock(mu_);
       auto& e = jobs_[job];
-      e.aborted = std::max(e.aborted, quorum);
+      if (quorum > e.aborted) {
+        e.aborted = quorum;
+        e.why = why;
+      }
       if (e.quorum == quorum) comm = e.comm;
     }
     if (comm) comm->abort(why);
+  }
+  // Why `quorum` of this job was aborted; nothing if it was not (its rendezvous asks, as it waits).
+  std::optional<std::string> aborted(const std::string& job, std::uint64_t quorum) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end() || it->second.aborted < quorum) return std::nullopt;
+    return it->second.why;
   }
   void forget(const std::string& job) {
     std::lock_guard lock(mu_);
@@ -125,6 +135,7 @@ class Collectives {
  private:
   struct Entry {
     std::uint64_t quorum = 0, aborted = 0;
+    std::string why;  // of the last abort
     std::shared_ptr<collective::Communicator> comm;
   };
   std::mutex mu_;
@@ -184,6 +195,9 @@ Result<std::string> ActorStore::get(const std::string& key, std::chrono::millise
       if (v) return std::move(*v);
     } catch (const std::exception& e) {
       return Error(Code::kUnavailable, std::string("rendezvous store: ") + e.what());
+    }
+    if (abandoned_) {
+      if (auto why = abandoned_()) return Error(Code::kAborted, "rendezvous abandoned waiting for '" + key + "': " + *why);
     }
     if (Clock::now() >= deadline) {
       return Error(Code::kDeadlineExceeded,
@@ -302,8 +316,10 @@ struct Replica::Impl {
                               .timeout = options.collective_timeout,
                               .rendezvous_timeout = options.rendezvous_timeout,
                               .hostname = hostname};
-    auto c = collective == "nccl" ? collective::connect_nccl(store, plan.rank, plan.size, o, gpu::runtime(), 0)
-                                  : collective::connect_gloo(store, plan.rank, plan.size, o);
+    // The rendezvous ends early, too, when the controller aborts the quorum (a member died).
+    ActorStore rendezvous(store.ref(), [this, q = plan.quorum] { return Collectives::of_this_proc().aborted(job, q); });
+    auto c = collective == "nccl" ? collective::connect_nccl(rendezvous, plan.rank, plan.size, o, gpu::runtime(), 0)
+                                  : collective::connect_gloo(rendezvous, plan.rank, plan.size, o);
     if (!c.ok()) return c.error();
     comm = std::move(c).value();
     comm_quorum = plan.quorum;

@@ -98,5 +98,39 @@ TEST(Gloo, AnAbortedMemberFailsItsPeersAtOnceAndRefusesLaterCollectives) {
   EXPECT_NE(r.error().message().find("leaves the quorum"), std::string::npos) << r.error().to_string();
 }
 
+// A member dies in a ring of 4, and the controller's abort reaches a member that is not next to
+// it before that member hears of the failure from its neighbours: it must still hear of it and
+// fail at once, as the neighbours do, not wait out its deadline deaf to them.
+TEST(Gloo, AnAbortThatOvertakesAPeersFailureStillEndsTheCollectiveAtOnce) {
+  MemoryStore store;
+  const std::size_t n = 4;
+  auto comms = connect_all(store, n, {.prefix = "ring", .timeout = 30s});
+  ASSERT_EQ(comms.size(), n);
+  std::vector<std::vector<float>> data(n, std::vector<float>(77'000, 1.f));
+  std::vector<std::future<Result<void>>> done;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (r == 2) continue;  // rank 2 is about to die
+    done.push_back(std::async(std::launch::async, [&, r] {
+      auto res = comms[r]->allreduce_sum(std::span(data[r]));
+      if (!res.ok()) comms[r]->abort(res.error().message());  // as a replica does
+      return res;
+    }));
+  }
+  std::this_thread::sleep_for(200ms);
+  auto start = Clock::now();
+  comms[0]->abort("the controller saw rank 2 die");  // first
+  std::this_thread::sleep_for(50ms);
+  comms[2]->abort("rank 2 dies");  // its connections close, as its proc's would
+  for (auto& f : done) {
+    ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+    auto res = f.get();
+    EXPECT_FALSE(res.ok());
+  }
+  EXPECT_LT(Clock::now() - start, 10s);  // not the 30 s deadline
+  auto later = comms[0]->allreduce_sum(std::span(data[0]));
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.error().code(), Code::kAborted);
+}
+
 }  // namespace
 }  // namespace sceptre::collective

@@ -56,6 +56,40 @@ TEST(FtDdp, KilledReplicasAreReplacedAndHealedWhileTheOthersTrain) {
   expect_oracle(o, s, 2);
 }
 
+// Deaths in a quorum cost the survivors no timeout: the retry after a kill forms a new quorum,
+// one of whose members is frozen before it can take part. The others wait for it in the new
+// quorum's rendezvous and then Gloo; when its heartbeat stops and it is killed, the controller
+// aborts both for them. Every timeout of a collective or rendezvous here is 60 s.
+TEST(FtDdp, AMemberLostInANewQuorumsRendezvousCostsNoTimeout) {
+  auto procs = this_host().spawn_procs({{"replicas", 4}}, "rendezvous");
+  auto o = small(30);
+  o.collective_timeout = 60s;
+  o.rendezvous_timeout = 60s;
+  o.step_timeout = 120s;
+  FtDdp ddp(procs, o);
+  std::chrono::steady_clock::time_point frozen_at{};
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 8) ::kill(pid_of(procs, 1), SIGKILL);
+  });
+  ddp.on_event([&](const Event& e) {
+    if (e.kind == Event::Kind::kRetried && frozen_at == std::chrono::steady_clock::time_point{}) {
+      ::kill(pid_of(procs, 3), SIGSTOP);  // a member of the next quorum, still live to the controller
+      frozen_at = std::chrono::steady_clock::now();
+    }
+  });
+  Summary s = ddp.run();
+  ASSERT_NE(frozen_at, std::chrono::steady_clock::time_point{}) << "no step was retried";
+  // The first step committed after the kill: the survivors 0 and 2 (and maybe 1's replacement).
+  ASSERT_GT(s.steps.size(), 9u);
+  const StepRecord* next = &s.steps[9];
+  auto in = [&](std::size_t r) { return std::find(next->members.begin(), next->members.end(), r) != next->members.end(); };
+  EXPECT_TRUE(in(0) && in(2) && !in(3)) << "members of step 9: " << next->members.size();
+  // The run's t0 is a little before the first step; `seconds` counts from it.
+  auto committed_at = std::chrono::duration<double>(next->seconds - s.steps[8].seconds);
+  EXPECT_LT(committed_at, 20s) << "the survivors waited out a timeout";
+  expect_oracle(o, s, 2);
+}
+
 TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {
   auto procs = this_host().spawn_procs({{"replicas", 3}}, "frozen");
   auto o = small(40);

@@ -6,9 +6,11 @@
 // flight fail at once from any thread, so a collective stuck on a dead or frozen peer costs a
 // bounded time and an error, never a hang or a crash of the caller. The deadline counts silence
 // (each wait for a peer's bytes), not the collective's length, so a short one is safe for big
-// tensors. abort() closes this member's connections: its peers' collectives fail at once, and
-// its own later ones fail with kAborted (Gloo cannot wake one of its own already waiting: that
-// one ends at the deadline).
+// tensors. abort() fails the peers' collectives waiting on this member at once (its connections
+// close) and every later one of its own with kAborted. With Gloo, a collective of its own in
+// flight ends as the failure that caused the abort reaches it (a dead peer's connections close,
+// and every member that fails closes its own), and its connections close then: closing them
+// under it would leave it deaf to those failures until its deadline. NCCL ends it at once.
 //
 // Rendezvous goes through a KeyValue store: each member publishes its address under the
 // communicator's prefix and reads the others'. The store is served by the controller (see
@@ -74,8 +76,9 @@ class Communicator {
   // On an error (a peer gone, the deadline, abort) `data` holds garbage and the communicator
   // is unusable: make a new one.
   virtual Result<void> allreduce_sum(std::span<float> data) = 0;
-  // Leaves the communicator: closes the connections (peers blocked on this member fail at once)
-  // and fails every later collective with kAborted. Thread-safe.
+  // Leaves the communicator: the connections close (peers blocked on this member fail at once;
+  // with Gloo, once this member's own collective in flight has ended, as above), and every later
+  // collective fails with kAborted. Thread-safe.
   virtual void abort(const std::string& why) = 0;
 };
 

@@ -57,15 +57,20 @@ class StoreActor : public Actor {
 };
 SCEPTRE_ACTOR(StoreActor, set, get, erase_prefix);
 
-// A KeyValue client of a StoreActor (polls for a key not yet set).
+// A KeyValue client of a StoreActor (polls for a key not yet set). A wait also ends, with
+// kAborted, as soon as `abandoned` (when given) returns a reason: a rendezvous whose quorum the
+// controller has given up.
 class ActorStore final : public collective::KeyValue {
  public:
-  explicit ActorStore(ActorRef<StoreActor> store) : store_(std::move(store)) {}
+  explicit ActorStore(ActorRef<StoreActor> store, std::function<std::optional<std::string>()> abandoned = {})
+      : store_(std::move(store)), abandoned_(std::move(abandoned)) {}
   Result<void> set(const std::string& key, std::string value) override;
   Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) override;
+  const ActorRef<StoreActor>& ref() const { return store_; }
 
  private:
   ActorRef<StoreActor> store_;
+  std::function<std::optional<std::string>()> abandoned_;
 };
 
 // --- messages -----------------------------------------------------------------------------------
