@@ -60,6 +60,7 @@ struct FtDdp::State {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Status> status;
+  std::vector<int> pids;  // of each rank's proc as this controller knows it (set at respawn)
   std::deque<std::size_t> to_respawn;
   std::vector<Event> events;  // not yet delivered to on_event
   bool stopping = false;
@@ -88,16 +89,21 @@ struct FtDdp::State {
     return status[r] == Status::kLive;
   }
 
-  // A replica is out: its proc is killed if it is not already gone (a call that timed out), so
-  // supervision reports it and it is respawned.
+  int pid_of(std::size_t r) {
+    std::lock_guard lock(mu);
+    return pids[r];
+  }
+
+  // A replica is out: its proc `pid` (what rank r had when the failed call was made) is killed if
+  // it is not already gone (a call that timed out), so supervision reports it and it is respawned.
+  // A rank whose proc is a new one by now is left alone: that one did nothing wrong.
   // (Its failure is counted when supervision reports it.)
-  void lost(std::size_t r) {
+  void lost(std::size_t r, int pid) {
     {
       std::lock_guard lock(mu);
-      if (status[r] == Status::kDead) return;
+      if (pids[r] != pid || status[r] == Status::kDead) return;
       status[r] = Status::kDead;
     }
-    int pid = procs.pid(r);
     if (pid > 0) ::kill(pid, SIGKILL);
   }
 
@@ -110,14 +116,17 @@ struct FtDdp::State {
       to_respawn.pop_front();
       lock.unlock();
       std::string failed;
+      int pid = 0;
       try {
         procs.respawn({r});
+        pid = procs.pid(r);
       } catch (const std::exception& e) {
         failed = e.what();
       }
       lock.lock();
       if (stopping) return;
       if (failed.empty()) {
+        pids[r] = pid;
         status[r] = Status::kFresh;
         events.push_back(Event{Event::Kind::kRespawned, 0, r, "replica respawned", Clock::now()});
       } else {
@@ -136,6 +145,7 @@ FtDdp::FtDdp(ProcMesh procs, TrainOptions options) : state_(std::make_shared<Sta
   s.procs = std::move(procs);
   s.options = std::move(options);
   s.status.assign(s.procs.size(), Status::kLive);
+  for (std::size_t r = 0; r < s.procs.size(); ++r) s.pids.push_back(s.procs.pid(r));
   s.store = Proc::current().spawn<StoreActor>("rendezvous");
   std::weak_ptr<State> weak = state_;
   s.procs.on_failure([weak](const MeshFailure& f) {
@@ -217,7 +227,9 @@ class Checkpointer {
     const auto& o = s_.options;
     auto t0 = Clock::now();
     std::vector<Future<Captured>> captures;
+    std::vector<int> writer_pids;
     for (std::size_t k = 0; k < writers.size(); ++k) {
+      writer_pids.push_back(s_.pid_of(writers[k]));
       captures.push_back(
           s_.replicas.at(writers[k]).call<&Replica::capture>(CheckpointPlan{step, dir, k, writers.size()}));
     }
@@ -233,7 +245,7 @@ class Checkpointer {
         f.bytes += f.captured.back().bytes;
       } catch (const std::exception& e) {
         why = "writer replica " + std::to_string(writers[k]) + " lost during the copy: " + e.what();
-        s_.lost(writers[k]);
+        s_.lost(writers[k], writer_pids[k]);
       }
     }
     double stall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -342,8 +354,12 @@ class Checkpointer {
                                  "use another checkpoint directory)");
       }
       std::vector<Future<Restored>> loads;
-      for (auto r : members) loads.push_back(s_.replicas.at(r).call<&Replica::restore>(cand.dir, cand.manifest));
-      std::vector<std::size_t> failed;
+      std::vector<int> pids;
+      for (auto r : members) {
+        pids.push_back(s_.pid_of(r));
+        loads.push_back(s_.replicas.at(r).call<&Replica::restore>(cand.dir, cand.manifest));
+      }
+      std::vector<std::size_t> failed;  // indices into members
       std::optional<std::uint64_t> digest;
       std::string why;
       for (std::size_t i = 0; i < members.size(); ++i) {
@@ -357,16 +373,17 @@ class Checkpointer {
         } catch (const std::exception& e) {
           if (why.empty()) why = std::string("replica lost: ") + e.what();
         }
-        failed.push_back(members[i]);
+        failed.push_back(i);
       }
       if (!digest) {
         s_.event(Event::Kind::kCheckpointSkipped, cand.manifest.step, 0, "skipping " + cand.dir + ": " + why);
         continue;
       }
-      for (auto r : failed) {
+      for (auto i : failed) {
+        const std::size_t r = members[i];
         s_.event(Event::Kind::kCheckpointSkipped, cand.manifest.step, r,
                  "replica " + std::to_string(r) + " could not load " + cand.dir + " (" + why + "): replaced");
-        s_.lost(r);
+        s_.lost(r, pids[i]);
       }
       s_.event(Event::Kind::kRestored, cand.manifest.step, 0,
                "resumed from " + cand.dir + " (step " + std::to_string(cand.manifest.step) + ")");
@@ -450,9 +467,11 @@ Summary FtDdp::run() {
   // Healing: one snapshot of one donor serves every replica that is fresh when it is taken.
   struct Heal {
     std::size_t replica;
+    int pid;  // its proc's
     Future<HealReport> done;
   };
   std::optional<std::size_t> donor;
+  int donor_pid = 0;
   Snapshot snap;
   std::vector<Heal> heals;
   auto heal_step = [&](const std::vector<std::size_t>& live) {
@@ -467,7 +486,7 @@ Summary FtDdp::run() {
       for (auto& h : heals) {
         s.event(Event::Kind::kHealFailed, sum.committed, h.replica,
                 "donor replica " + std::to_string(*donor) + " lost mid-transfer: restarting this heal");
-        s.lost(h.replica);
+        s.lost(h.replica, h.pid);
       }
       heals.clear();
       donor.reset();
@@ -507,7 +526,7 @@ Summary FtDdp::run() {
         s.event(Event::Kind::kJoined, sum.committed, r, line, report.bytes, report.seconds);
       } catch (const std::exception& e) {
         s.event(Event::Kind::kHealFailed, sum.committed, r, std::string("healing failed: ") + e.what());
-        s.lost(r);  // it may still be waiting on the donor: a new one heals again
+        s.lost(r, it->pid);  // it may still be waiting on the donor: a new one heals again
       }
       it = heals.erase(it);
     }
@@ -527,10 +546,11 @@ Summary FtDdp::run() {
     }
     if (fresh.empty() || live.empty() || !heals.empty()) return;
     donor = live.front();
+    donor_pid = s.pid_of(*donor);
     try {
       snap = s.replicas.at(*donor).call<&Replica::snapshot>().get(o.step_timeout);
     } catch (const std::exception& e) {
-      s.lost(*donor);
+      s.lost(*donor, donor_pid);
       donor.reset();
       return;
     }
@@ -539,7 +559,7 @@ Summary FtDdp::run() {
         std::lock_guard lock(s.mu);
         s.status[r] = Status::kHealing;
       }
-      heals.push_back(Heal{r, s.replicas.at(r).call<&Replica::heal>(snap)});
+      heals.push_back(Heal{r, s.pid_of(r), s.replicas.at(r).call<&Replica::heal>(snap)});
       s.event(Event::Kind::kHealing, sum.committed, r,
               "healing from replica " + std::to_string(*donor) + " at step " + std::to_string(snap.step));
     }
@@ -601,7 +621,9 @@ Summary FtDdp::run() {
       s.flight_members = members;
     }
     std::vector<Future<StepReply>> replies;
+    std::vector<int> pids;
     for (std::size_t i = 0; i < members.size(); ++i) {
+      pids.push_back(s.pid_of(members[i]));
       replies.push_back(s.replicas.at(members[i]).call<&Replica::step>(
           StepPlan{sum.committed, quorum, i, members.size(), assigned[members[i]], o.batch}));
     }
@@ -631,7 +653,7 @@ Summary FtDdp::run() {
         all_ok = false;
         why += (why.empty() ? "replica " : "; replica ") + std::to_string(members[i]) + " lost: " + e.what();
         ++sum.gradients_computed;  // (or begun): lost with it
-        s.lost(members[i]);
+        s.lost(members[i], pids[i]);
       }
     }
     {
@@ -650,7 +672,7 @@ Summary FtDdp::run() {
       try {
         commits[i].get(o.step_timeout);
       } catch (const std::exception& e) {
-        s.lost(members[i]);
+        s.lost(members[i], pids[i]);
       }
     }
     StepRecord rec;

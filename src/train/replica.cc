@@ -316,10 +316,25 @@ struct Replica::Impl {
                               .timeout = options.collective_timeout,
                               .rendezvous_timeout = options.rendezvous_timeout,
                               .hostname = hostname};
-    // The rendezvous ends early, too, when the controller aborts the quorum (a member died).
-    ActorStore rendezvous(store.ref(), [this, q = plan.quorum] { return Collectives::of_this_proc().aborted(job, q); });
-    auto c = collective == "nccl" ? collective::connect_nccl(rendezvous, plan.rank, plan.size, o, gpu::runtime(), 0)
-                                  : collective::connect_gloo(rendezvous, plan.rank, plan.size, o);
+    // The controller aborts the quorum when one of its members dies: the rendezvous ends then,
+    // not at its timeout. The store's waits ask as they poll; the library's own connect cannot
+    // be interrupted (Gloo's pairs wait for their peers' connections), so the communicator is
+    // made on a thread of its own, which an abort leaves behind to end at its timeout.
+    auto abandoned = [job = job, q = plan.quorum] { return Collectives::of_this_proc().aborted(job, q); };
+    auto rendezvous = std::make_shared<ActorStore>(store.ref(), abandoned);
+    using Made = Result<std::unique_ptr<collective::Communicator>>;
+    auto made = std::make_shared<std::promise<Made>>();
+    auto ready = made->get_future();
+    std::thread([made, rendezvous, o, rank = plan.rank, size = plan.size, nccl = collective == "nccl"] {
+      made->set_value(nccl ? collective::connect_nccl(*rendezvous, rank, size, o, gpu::runtime(), 0)
+                           : collective::connect_gloo(*rendezvous, rank, size, o));
+    }).detach();
+    while (ready.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
+      if (auto why = abandoned()) {
+        return Error(Code::kAborted, "the rendezvous of quorum " + std::to_string(plan.quorum) + " was abandoned: " + *why);
+      }
+    }
+    auto c = ready.get();
     if (!c.ok()) return c.error();
     comm = std::move(c).value();
     comm_quorum = plan.quorum;
