@@ -311,7 +311,7 @@ void baseline_part(std::size_t workers, const train::TrainOptions& o, double fau
 }
 
 void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every, std::uint64_t seed,
-                 std::uint64_t baseline_ckpt_every, std::chrono::seconds baseline_cap) {
+                 std::uint64_t baseline_ckpt_every, std::chrono::seconds baseline_cap, const std::string& events_out) {
   auto procs = this_host().spawn_procs({{"replicas", replicas}}, "bench");
   std::printf("\nfaults: %zu replicas, %llu steps, batch %llu, MLP hidden %lld (%zu parameters)\n", replicas,
               static_cast<unsigned long long>(o.steps), static_cast<unsigned long long>(o.batch),
@@ -326,6 +326,16 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
 
   Run f = train_run(procs, o, fault_every, seed);
   auto& s = f.summary;
+  if (!events_out.empty()) {  // the run with faults, an event a line: seconds, kind, step, replica, what
+    if (FILE* out = std::fopen(events_out.c_str(), "w")) {
+      auto t0 = s.events.empty() ? std::chrono::steady_clock::now() : s.events.front().when;
+      for (auto& e : s.events) {
+        std::fprintf(out, "%8.3f\t%d\t%llu\t%zu\t%s\n", std::chrono::duration<double>(e.when - t0).count(),
+                     static_cast<int>(e.kind), static_cast<unsigned long long>(e.step), e.replica, e.what.c_str());
+      }
+      std::fclose(out);
+    }
+  }
   double bytes = 0, secs = 0;
   for (auto& e : s.events)
     if (e.kind == train::Event::Kind::kJoined) bytes += e.bytes, secs += e.seconds;
@@ -568,10 +578,12 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.model.hidden);
   app.add_option("--fault-every", fault_every, "mean steps between faults");
   app.add_option("--seed", seed);
+  std::string events_out;
+  app.add_option("--events-out", events_out, "file for the events of the faults part's run with faults");
   app.add_option("--iters", iters, "allreduce repetitions");
   CLI11_PARSE(app, argc, argv);
   if (parts.find("allreduce") != std::string::npos) allreduce_part(iters);
-  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed, baseline_ckpt_every, std::chrono::seconds(baseline_cap));
+  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed, baseline_ckpt_every, std::chrono::seconds(baseline_cap), events_out);
   if (parts.find("heal") != std::string::npos) {
     auto h = o;
     h.model.hidden = heal_hidden;

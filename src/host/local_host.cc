@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "host/gpu_binding.h"
 #include "host/gpu_watch.h"
+#include "host/zygote.h"
 
 extern char** environ;
 
@@ -101,6 +102,7 @@ LocalHost::LocalHost(std::vector<std::string> argv, Options options)
   wake_[1] = p->second;
   ::fcntl(wake_[0], F_SETFL, O_NONBLOCK);
   ::fcntl(wake_[1], F_SETFL, O_NONBLOCK);
+  for (char** e = environ; e && *e; ++e) zygote_env_.emplace_back(*e);
   pump_ = std::thread([this] { pump(); });
 }
 
@@ -112,6 +114,10 @@ LocalHost::~LocalHost() {
     for (auto& [pid, c] : children_) all.push_back(pid);
   }
   stop(all, grace_);
+  {
+    std::lock_guard lock(zygote_mu_);
+    zygote_.reset();
+  }
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -200,19 +206,28 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   posix_spawn_file_actions_adddup2(&fa, err->second, 2);
   posix_spawn_file_actions_adddup2(&fa, lifeline->first, 3);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  init_proc_attributes(attr);
 
   pid_t pid = 0;
-  int rc = spec.wrap.empty() ? ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data())
-                             : ::posix_spawnp(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+  int rc = -1;
+  if (auto z = spec.wrap.empty() ? zygote() : nullptr; z && z->suits(env_strings)) {
+    char cwd[PATH_MAX];
+    auto forked = ::getcwd(cwd, sizeof cwd) ? z->spawn(cwd, env_strings, out->second, err->second, lifeline->first)
+                                            : Result<pid_t>(errno_error("getcwd"));
+    if (forked) {
+      pid = *forked;
+      rc = 0;
+    } else {
+      log().warn("host {}: its zygote failed ({}); procs are started afresh from now on", name(),
+                 forked.error().to_string());
+      std::lock_guard lock(zygote_mu_);
+      if (zygote_ == z) zygote_.reset();
+    }
+  }
+  if (rc != 0) {
+    rc = spec.wrap.empty() ? ::posix_spawn(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data())
+                           : ::posix_spawnp(&pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+  }
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   // The child's ends are the child's now.
@@ -242,6 +257,20 @@ Result<pid_t> LocalHost::spawn(const ProcSpec& spec) {
   if (!binding->pci_bus_id.empty()) watch_gpus();
   wake();
   return pid;
+}
+
+std::shared_ptr<Zygote> LocalHost::zygote() {
+  std::lock_guard lock(zygote_mu_);
+  if (!options_.zygote || zygote_tried_) return zygote_;
+  zygote_tried_ = true;
+  auto z = Zygote::start(argv_, zygote_env_, options_.zygote_timeout);
+  if (!z) {
+    log().warn("host {}: procs are started afresh, without a zygote: {}", name(), z.error().to_string());
+    return nullptr;
+  }
+  log().debug("host {}: forking procs from zygote pid {}", name(), (*z)->pid());
+  zygote_ = std::move(*z);
+  return zygote_;
 }
 
 void LocalHost::watch_gpus() {

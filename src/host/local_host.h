@@ -13,6 +13,10 @@
 // Threads: spawn(), release(), kill(), wait_exit(), status() from any thread; one pump thread
 // owned by the LocalHost reads the pipes, runs the folder and reaps. A proc's end wakes the pump
 // at once through a pidfd (Linux >= 5.3); without one, reaping is polled every 100 ms.
+//
+// Procs of the binary itself are forked from a zygote where their environment allows
+// (zygote.h): this process is then a child subreaper, so they are its children all the same.
+// (Orphans of its procs' own children come to it too; the pump reaps only its procs.)
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +42,7 @@
 namespace sceptre::host {
 
 class GpuWatch;
+class Zygote;
 
 class LocalHost : public Host {
  public:
@@ -52,6 +57,10 @@ class LocalHost : public Host {
     // How often the health of the GPUs its procs are bound to is polled (0: never); a proc
     // whose GPU fails is killed, with the fault as the last line of its stderr tail.
     std::chrono::milliseconds gpu_health_interval{1000};
+    // Fork procs from a zygote (zygote.h) when their environment allows, instead of executing
+    // the binary afresh for each; false: always posix_spawn.
+    bool zygote = true;
+    std::chrono::milliseconds zygote_timeout{30000};  // for the zygote to come up
   };
   // `argv`: the command line the procs get (the controller's own).
   LocalHost(std::vector<std::string> argv, Options options);
@@ -84,6 +93,8 @@ class LocalHost : public Host {
   Result<GpuBinding> bind_gpu(int index);
   // Starts the GpuWatch, once, at the first proc bound to a GPU.
   void watch_gpus();
+  // The zygote, started at the first call; null if it cannot be (said once) or has failed.
+  std::shared_ptr<Zygote> zygote();
   // The GpuWatch's word: kills the procs on that GPU. Its thread.
   void gpu_failed(const gpu::Fault& fault);
   struct Child {
@@ -120,6 +131,10 @@ class LocalHost : public Host {
   int wake_[2] = {-1, -1};
   std::thread pump_;
   std::once_flag watch_once_;
+  std::vector<std::string> zygote_env_;  // this process's environment when the LocalHost was made
+  std::mutex zygote_mu_;
+  bool zygote_tried_ = false;
+  std::shared_ptr<Zygote> zygote_;
   std::unique_ptr<GpuWatch> watch_;  // once a proc is bound to a GPU and a monitor is there
 };
 

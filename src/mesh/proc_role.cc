@@ -171,7 +171,8 @@ static void serve_proc(const std::vector<std::string>& argv) {
       }
       const auto host_id = static_cast<std::uint32_t>(std::strtoul(env_or("SCEPTRE_HOST_ID", "0"), nullptr, 10));
       host::LocalHost::Options o{{config->log_fold, config->log_fold_window}, config->stderr_tail_lines, {}, host_id,
-                                 env_or("SCEPTRE_HOST_NAME", ""), config->gpu_health_interval};
+                                 env_or("SCEPTRE_HOST_NAME", ""), config->gpu_health_interval, config->proc_zygote,
+                                 config->spawn_timeout};
       auto self = std::make_shared<std::weak_ptr<host::LocalHost>>();  // set once it is made
       o.on_exit = [self, host_id, to = PortRef<host::ExitNotice>(*notices)](pid_t pid, const host::ExitStatus& st) {
         auto h = self->lock();  // the pump may still tell of an exit while the LocalHost goes

@@ -24,6 +24,7 @@
 #include "host/agent.h"
 #include "host/host_network.h"
 #include "host/local_host.h"
+#include "host/zygote.h"
 #include "mesh/proc_role.h"
 #include "mesh/supervisor.h"
 #include "sceptre/actor/port.h"
@@ -310,6 +311,7 @@ void stop_members(const MeshView& view) {
 // --- Runtime ---------------------------------------------------------------------------------------
 
 Runtime::Runtime(int argc, char** argv) : Runtime(argc, argv, [] {
+  host::serve_zygote_if_asked();  // a zygote returns from it only as a new proc
   if (proc_role()) return Config{};  // the proc reads its own (run_proc), never this one
   auto c = Config::load();
   if (!c) throw Exception(std::move(c).error().with_context("sceptre configuration"));
@@ -317,6 +319,7 @@ Runtime::Runtime(int argc, char** argv) : Runtime(argc, argv, [] {
 }()) {}
 
 Runtime::Runtime(int argc, char** argv, Config config) {
+  host::serve_zygote_if_asked();
   std::vector<std::string> args(argv, argv + argc);
   if (proc_role()) run_proc(args);
   auto state = std::make_shared<detail::RuntimeState>();
@@ -348,7 +351,8 @@ Runtime::Runtime(int argc, char** argv, Config config) {
                                               std::lock_guard lock(raw->exit_mu);
                                               if (auto* s = raw->supervisor.load()) s->on_exit(*raw->host, pid, status);
                                             },
-                                            0, std::string(), state->config.gpu_health_interval});
+                                            0, std::string(), state->config.gpu_health_interval,
+                                            state->config.proc_zygote, state->config.spawn_timeout});
   state->host->set_stop_grace(state->config.stop_timeout + std::chrono::seconds(2));
   state->supervisor_owner = std::make_unique<detail::Supervisor>(
       state->config, *state->proc, listen_host.empty() ? std::string() : "tcp:" + listen_host + ":0");

@@ -62,6 +62,49 @@ TEST(Procs, EveryProcHasItsRankAndTheVariablesATorchUserExpects) {
   EXPECT_EQ(pids.size(), 4u);
 }
 
+// Procs of the binary are forked from a zygote (Config::proc_zygote, on by default): each has the
+// environment it was given, and is the controller's child like one executed afresh, so that its
+// end is reaped and reported the same way.
+TEST(Procs, ProcsAreForkedFromAZygoteAsChildrenOfTheController) {
+  auto procs = this_host().spawn_procs({{"gpus", 3}}, "forked");
+  procs.on_failure([](const MeshFailure&) { return Supervise::kHandled; });
+  auto probes = procs.spawn<Probe>("probe");
+  auto from = probes.call<&Probe::env>(std::string("SCEPTRE_FORKED_FROM")).get(kWait);
+  auto rank = probes.call<&Probe::env>(std::string("SCEPTRE_RANK")).get(kWait);
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_NE(from.at(r), "<unset>") << "rank " << r << " was not forked from a zygote";
+    EXPECT_EQ(from.at(r), from.at(0)) << "one zygote per host";
+    EXPECT_EQ(rank.at(r), std::to_string(r));
+    std::ifstream stat("/proc/" + std::to_string(procs.pid(r)) + "/stat");
+    std::string pid, comm, state;
+    long ppid = 0;
+    stat >> pid >> comm >> state >> ppid;
+    EXPECT_EQ(ppid, ::getpid()) << "rank " << r << " is not the controller's child";
+  }
+  ::kill(procs.pid(1), SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (procs.failed_ranks().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(procs.failed_ranks(), std::vector<std::size_t>{1});
+  EXPECT_NE(procs.failure(1)->summary().find("killed by signal 9"), std::string::npos) << procs.failure(1)->summary();
+}
+
+// A variable that a library may read when it is loaded cannot reach a forked proc: a proc whose
+// environment has one the controller did not start with is executed afresh, and gets it.
+TEST(Procs, AProcWithAnEnvironmentOfItsOwnIsExecutedAfresh) {
+  ::setenv("MESH_TEST_LOADED_WITH", "this value", 1);
+  auto procs = this_host().spawn_procs({{"gpus", 2}}, "fresh");
+  ::unsetenv("MESH_TEST_LOADED_WITH");
+  auto probes = procs.spawn<Probe>("probe");
+  auto from = probes.call<&Probe::env>(std::string("SCEPTRE_FORKED_FROM")).get(kWait);
+  auto value = probes.call<&Probe::env>(std::string("MESH_TEST_LOADED_WITH")).get(kWait);
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(from.at(r), "<unset>") << "rank " << r;
+    EXPECT_EQ(value.at(r), "this value") << "rank " << r;
+  }
+}
+
 TEST(Procs, AProcThatFailsToStartIsNamedWithItsExitAndStderrTail) {
   ::setenv("MESH_TEST_FAIL_RANK", "2", 1);
   std::string what;
