@@ -161,7 +161,19 @@ struct Run {
   train::Summary summary;
   std::vector<double> recovery_ms;  // fault -> next commit
   std::size_t kills = 0;
+  // For --events-out: each commit (step, members, attempts) and each kill, as the bench saw them.
+  std::vector<std::pair<Clock::time_point, std::string>> marks;
 };
+
+std::string per_member(const train::StepRecord& r) {  // " r:compute/reduce" for each member
+  std::string out;
+  char buf[64];
+  for (std::size_t i = 0; i < r.members.size() && i < r.compute_ms.size(); ++i) {
+    std::snprintf(buf, sizeof buf, " %zu:%.1f/%.1f", r.members[i], r.compute_ms[i], r.reduce_ms[i]);
+    out += buf;
+  }
+  return out;
+}
 
 Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every, std::uint64_t seed) {
   Run run;
@@ -175,9 +187,15 @@ Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every,
     auto now = Clock::now();
     {
       std::lock_guard lock(*mu);
-      for (auto t : *pending) run.recovery_ms.push_back(std::chrono::duration<double, std::milli>(now - t).count());
+      for (auto t : *pending) {
+        run.recovery_ms.push_back(std::chrono::duration<double, std::milli>(now - t).count());
+        run.marks.emplace_back(t, "kill");
+      }
       pending->clear();
     }
+    run.marks.emplace_back(now, "commit " + std::to_string(r.step) + ": " + std::to_string(r.members.size()) +
+                                    " members, " + std::to_string(r.attempts) + " attempts, " + std::to_string(live) +
+                                    " live; compute/reduce ms" + per_member(r));
     if (fault_every > 0 && fault(rng) && r.members.size() > 1) {
       auto victim = r.members[rng() % r.members.size()];
       int pid = procs.pid(victim);
@@ -326,12 +344,17 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
 
   Run f = train_run(procs, o, fault_every, seed);
   auto& s = f.summary;
-  if (!events_out.empty()) {  // the run with faults, an event a line: seconds, kind, step, replica, what
+  if (!events_out.empty()) {  // the run with faults, a line each: seconds, kind (or "-"), step, replica, what
     if (FILE* out = std::fopen(events_out.c_str(), "w")) {
-      auto t0 = s.events.empty() ? std::chrono::steady_clock::now() : s.events.front().when;
+      std::vector<std::pair<Clock::time_point, std::string>> lines = f.marks;
       for (auto& e : s.events) {
-        std::fprintf(out, "%8.3f\t%d\t%llu\t%zu\t%s\n", std::chrono::duration<double>(e.when - t0).count(),
-                     static_cast<int>(e.kind), static_cast<unsigned long long>(e.step), e.replica, e.what.c_str());
+        lines.emplace_back(e.when, std::to_string(static_cast<int>(e.kind)) + "\t" + std::to_string(e.step) + "\t" +
+                                       std::to_string(e.replica) + "\t" + e.what);
+      }
+      std::stable_sort(lines.begin(), lines.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      auto t0 = lines.empty() ? Clock::now() : lines.front().first;
+      for (auto& [when, what] : lines) {
+        std::fprintf(out, "%8.3f\t%s\n", std::chrono::duration<double>(when - t0).count(), what.c_str());
       }
       std::fclose(out);
     }

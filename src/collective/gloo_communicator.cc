@@ -11,9 +11,17 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <mutex>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "sceptre/collective/communicator.h"
 
@@ -67,10 +75,67 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Gloo's TCP event loop (Debian's libgloo, 2022) removes a descriptor for another thread only at
+// its next tick, and ticks on an event or every 10 ms; each pair's connect and each pair's close
+// wait for that tick, so a 4-member rendezvous took 10-40 ms on an idle loopback. A Ticker is an
+// eventfd in the loop's epoll set; while a Poke lives, a thread writes to it every 200 us, so the
+// loop ticks that often and those waits end within 200 us.
+class Ticker final : public gloo::transport::tcp::Handler {
+ public:
+  Ticker() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  }
+  ~Ticker() override { ::close(fd_); }  // after the loop is gone (closing it leaves the epoll set)
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+
+  void attach(gloo::transport::tcp::Device& device) { device.registerDescriptor(fd_, EPOLLIN, this); }
+  void handleEvents(int) override {  // on the loop's thread
+    std::uint64_t n;
+    while (::read(fd_, &n, sizeof n) < 0 && errno == EINTR) {
+    }
+  }
+  void poke() const {
+    const std::uint64_t one = 1;
+    while (::write(fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+class Poke {
+ public:
+  explicit Poke(const Ticker& t)
+      : thread_([this, &t] {
+          while (!done_.load(std::memory_order_relaxed)) {
+            t.poke();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        }) {}
+  ~Poke() {
+    done_ = true;
+    thread_.join();
+  }
+  Poke(const Poke&) = delete;
+  Poke& operator=(const Poke&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, std::chrono::milliseconds timeout)
-      : context_(std::move(context)), timeout_(timeout) {}
+  GlooCommunicator(std::unique_ptr<Ticker> ticker, std::shared_ptr<gloo::rendezvous::Context> context,
+                   std::chrono::milliseconds timeout)
+      : ticker_(std::move(ticker)), context_(std::move(context)), timeout_(timeout) {}
+  // The pairs' closes, and the loop's end, each wait for a tick of the loop.
+  ~GlooCommunicator() override {
+    Poke poke(*ticker_);
+    context_.reset();  // the last reference to the device too: its loop ends, the ticker stays
+  }
 
   std::size_t rank() const override { return static_cast<std::size_t>(context_->rank); }
   std::size_t size() const override { return static_cast<std::size_t>(context_->size); }
@@ -101,6 +166,7 @@ class GlooCommunicator final : public Communicator {
     std::lock_guard lock(mu_);
     in_flight_ = false;
     if (aborted_) {
+      Poke poke(*ticker_);
       context_->closeConnections();  // the abort that came meanwhile
       if (!result.ok()) result = Error(Code::kAborted, "allreduce aborted: " + why_ + " (" + result.error().message() + ")");
     }
@@ -117,10 +183,14 @@ class GlooCommunicator final : public Communicator {
     if (aborted_) return;
     aborted_ = true;
     why_ = why;
-    if (!in_flight_) context_->closeConnections();
+    if (!in_flight_) {
+      Poke poke(*ticker_);
+      context_->closeConnections();
+    }
   }
 
  private:
+  std::unique_ptr<Ticker> ticker_;  // outlives the loop, which calls it
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::chrono::milliseconds timeout_;
   std::uint32_t tag_ = 0;
@@ -140,14 +210,25 @@ Result<std::unique_ptr<Communicator>> connect_gloo(KeyValue& store, std::size_t 
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
+    auto ticker = std::make_unique<Ticker>();  // declared first: it outlives the device's loop
     auto device = gloo::transport::tcp::CreateDevice(attr);
+    ticker->attach(static_cast<gloo::transport::tcp::Device&>(*device));
     auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank), static_cast<int>(size));
     auto rendezvous = options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout;
     context->setTimeout(rendezvous);
     GlooStore gloo_store(store, options.prefix, rendezvous);
-    context->connectFullMesh(gloo_store, device);
+    {
+      Poke poke(*ticker);
+      try {
+        context->connectFullMesh(gloo_store, device);
+      } catch (...) {
+        context.reset();  // its pairs close, and the device's loop ends, while the loop ticks
+        device.reset();
+        throw;
+      }
+    }
     context->setTimeout(options.timeout);
-    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(context), options.timeout));
+    return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(ticker), std::move(context), options.timeout));
   } catch (const std::exception& e) {
     return Error(Code::kUnavailable, "gloo rendezvous of rank " + std::to_string(rank) + " of " +
                                          std::to_string(size) + " ('" + options.prefix + "') failed: " + e.what());

@@ -631,10 +631,13 @@ Summary FtDdp::run() {
     ++attempts;
     bool all_ok = true;
     float loss = 0;
+    std::vector<double> compute_ms(members.size()), reduce_ms(members.size());
     std::string why;
     for (std::size_t i = 0; i < members.size(); ++i) {
       try {
         auto r = replies[i].get(o.step_timeout);
+        compute_ms[i] = r.compute_ms;
+        reduce_ms[i] = r.reduce_ms;
         if (!r.reused) ++sum.gradients_computed;
         if (r.ok) {
           sum.device = r.device;
@@ -683,6 +686,8 @@ Summary FtDdp::run() {
     rec.loss = loss / static_cast<float>(members.size());
     rec.seconds = since();
     rec.attempts = attempts;
+    rec.compute_ms = std::move(compute_ms);
+    rec.reduce_ms = std::move(reduce_ms);
     attempts = 0;
     assigned.clear();
     ++sum.committed;

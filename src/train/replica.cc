@@ -204,7 +204,7 @@ Result<std::string> ActorStore::get(const std::string& key, std::chrono::millise
                    "rendezvous: no '" + key + "' after " + std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));  // a quorum forms as its last member arrives
   }
 }
 

@@ -291,6 +291,9 @@ struct StepRecord {  // one committed step, for replays and plots
   float loss = 0;                          // mean over members
   double seconds = 0;                      // since run() started, at commit
   std::size_t attempts = 1;
+  // Of the committing attempt, per member: its gradient's computation (about 0 when reused from
+  // an earlier attempt) and its reduction, the quorum's communicator made first when it is new.
+  std::vector<double> compute_ms, reduce_ms;
 };
 
 struct Summary {
