@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "committed steps to train");
   app.add_option("--batch", o.batch, "samples per replica per step");
   app.add_option("--hidden", o.model.hidden, "hidden width of the MLP");
+  app.add_option("--dropout", o.model.dropout, "dropout after each hidden layer (masks drawn per sample block)")
+      ->check(CLI::Range(0.0, 0.99));
   app.add_option("--min-replicas", o.min_replicas, "below this many live replicas training pauses");
   app.add_option("--kill-every", kill_every, "SIGKILL a random replica every this many seconds (0: never)");
   app.add_option("--freeze-every", freeze_every, "SIGSTOP a random replica every this many seconds (0: never)");

@@ -30,7 +30,7 @@ std::string model_json(const TrainOptions& o) {
   const auto& m = o.model;
   return nlohmann::json{{"inputs", m.inputs},   {"hidden", m.hidden},
                         {"classes", m.classes}, {"seed", m.seed},
-                        {"learning_rate", m.learning_rate}, {"batch", o.batch}}
+                        {"learning_rate", m.learning_rate}, {"dropout", m.dropout}, {"batch", o.batch}}
       .dump();
 }
 

@@ -109,6 +109,9 @@ struct ReplicaCore::Impl {
   } loading;
 
   Impl(const ModelSpec& s, torch::Device d) : spec(s), device(d) {
+    if (!(spec.dropout >= 0 && spec.dropout < 1)) {
+      throw std::invalid_argument("ModelSpec::dropout is " + std::to_string(spec.dropout) + ", not in [0, 1)");
+    }
     torch::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(spec.seed));
     teacher = torch::randn({spec.inputs, spec.classes}, gen);
@@ -148,6 +151,22 @@ struct ReplicaCore::Impl {
     auto on_device = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     local = torch::zeros({n}, on_device);
     if (!device.is_cpu()) sum = torch::zeros({n}, on_device);
+  }
+
+  // The model on a batch, with dropout after each ReLU: its masks drawn on the CPU from `gen`
+  // (the same bits on every device), kept units scaled by 1 / (1 - p).
+  torch::Tensor forward(torch::Tensor h, at::Generator& gen) {
+    const double p = spec.dropout;
+    if (p <= 0) return model->forward(h);
+    for (auto& layer : model->children()) {
+      h = layer->as<torch::nn::Linear>() ? layer->as<torch::nn::Linear>()->forward(h)
+                                         : layer->as<torch::nn::ReLU>()->forward(h);
+      if (layer->as<torch::nn::ReLU>()) {
+        auto keep = torch::bernoulli(torch::full(h.sizes(), 1.0 - p), gen).to(h.device());
+        h = h * keep / (1.0 - p);
+      }
+    }
+    return h;
   }
 
   void step_with(const torch::Tensor& g) {  // g: the averaged gradient, flat, on the device
@@ -247,7 +266,7 @@ float ReplicaCore::compute(std::uint64_t first, std::uint64_t count) {
   auto x = torch::randn({static_cast<std::int64_t>(count), m.spec.inputs}, gen);
   auto y = x.matmul(m.teacher).argmax(1);
   m.model->zero_grad();
-  auto l = torch::nn::functional::cross_entropy(m.model->forward(x.to(m.device)), y.to(m.device));
+  auto l = torch::nn::functional::cross_entropy(m.forward(x.to(m.device), gen), y.to(m.device));
   l.backward();
   std::int64_t at = 0;
   for (auto& p : m.model->parameters()) {

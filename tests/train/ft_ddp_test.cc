@@ -56,6 +56,22 @@ TEST(FtDdp, KilledReplicasAreReplacedAndHealedWhileTheOthersTrain) {
   expect_oracle(o, s, 2);
 }
 
+// With dropout too: a killed replica's replacement, the retried step and the replay all draw the
+// masks of the blocks they compute, so every live replica still equals the replay.
+TEST(FtDdp, WithDropoutAKilledReplicaHealsAndEveryReplicaEqualsTheReplay) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "dropout");
+  auto o = small(30);
+  o.model.dropout = 0.25;
+  FtDdp ddp(procs, o);
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 6) ::kill(pid_of(procs, 1), SIGKILL);
+  });
+  Summary s = ddp.run();
+  EXPECT_GE(s.failures, 1u);
+  EXPECT_GE(s.heals, 1u);
+  expect_oracle(o, s, 3);
+}
+
 // Deaths in a quorum cost the survivors no timeout: the retry after a kill forms a new quorum,
 // one of whose members is frozen before it can take part. The others wait for it in the new
 // quorum's rendezvous and then Gloo; when its heartbeat stops and it is killed, the controller
@@ -328,6 +344,24 @@ TEST(ReplicaCore, StateRoundTripsBitwiseAndBadBytesAreRefused) {
   EXPECT_THROW(c.load("garbage"), std::runtime_error);
   EXPECT_THROW(c.load(bytes + "x"), std::runtime_error);
   EXPECT_EQ(c.digest(), before) << "a refused state changed the replica";
+}
+
+// Dropout's masks are drawn for the samples, not from a generator's running state: the same
+// block gives the same bits on another replica and on a second computation.
+TEST(ReplicaCore, DropoutMasksAreAFunctionOfTheSampleBlock) {
+  ModelSpec spec = small(1).model;
+  ModelSpec plain = spec;
+  spec.dropout = 0.5;
+  ReplicaCore a(spec), b(spec), none(plain);
+  auto g = a.local_gradients(64, 32, nullptr);
+  EXPECT_EQ(a.local_gradients(64, 32, nullptr), g) << "a second computation drew other masks";
+  b.local_gradients(0, 32, nullptr);  // another history of draws
+  EXPECT_EQ(b.local_gradients(64, 32, nullptr), g) << "another replica drew other masks for the same block";
+  EXPECT_NE(none.local_gradients(64, 32, nullptr), g) << "dropout changed nothing";
+  spec.dropout = 1.0;
+  EXPECT_THROW(ReplicaCore{spec}, std::invalid_argument);
+  spec.dropout = -0.1;
+  EXPECT_THROW(ReplicaCore{spec}, std::invalid_argument);
 }
 
 TEST(ReplicaCore, SaveWritesIntoTheBufferItIsGiven) {

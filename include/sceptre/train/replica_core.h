@@ -3,6 +3,9 @@
 // random "teacher" on samples generated from their index, so every process makes the same
 // samples from the same numbers and no data is downloaded.
 //
+// Randomness lives in no generator's state: every draw of a step (its samples, its dropout masks)
+// is a function of the seed and the index of the block's first sample.
+//
 // A step is split the way the quorum needs it: compute() computes this replica's gradient of a
 // block of samples and keeps it (a retried step reuses it), the quorum sums it, apply() steps the
 // optimizer with the sum. The committed state (parameters, optimizer state, step) travels as
@@ -31,7 +34,12 @@ struct ModelSpec {
   std::int64_t classes = 10;
   std::int64_t seed = 1;        // initial weights, teacher, samples
   double learning_rate = 1e-3;  // Adam
-  SCEPTRE_FIELDS(inputs, hidden, classes, seed, learning_rate)
+  // Dropout after each hidden layer while training (0: none). Its masks, like the samples, are
+  // drawn from a generator seeded by the block's first sample: a block gets the same masks on
+  // whichever replica, attempt or replay computes it, so there is no random state to carry
+  // across failures, heals or checkpoints.
+  double dropout = 0;
+  SCEPTRE_FIELDS(inputs, hidden, classes, seed, learning_rate, dropout)
 };
 
 class ReplicaCore {
