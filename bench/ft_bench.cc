@@ -13,6 +13,7 @@
 //              replacement healed from a live peer: the transfer's bandwidth with the survivor
 //              waiting (2 replicas, at least 2 needed) and with the survivor training on (at
 //              least 1), and its step time during the heal beside 1 replica without faults
+//              (--heal-trace prints each run's commits and events with their times)
 //   checkpoint the same training without checkpoints and with one every --ckpt-every steps of a
 //              larger state (--ckpt-hidden): the stall of each (the in-memory copy) as a share
 //              of the step time, the steps' time while a checkpoint persists, and the persist
@@ -20,6 +21,7 @@
 //              jobs, buffered + fsync, in the same directory, before and after
 //
 //   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--hidden 512]
+//            [--heal-hidden 9100] [--heal-kill-at 20] [--heal-steps 6] [--heal-trace]
 //            [--ckpt-hidden 2048] [--ckpt-every 10] [--ckpt-dir ft_bench.ckpt]
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
@@ -386,6 +388,8 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
 // replicas are past their start (their buffers warmed); the replacement heals from a live peer,
 // and the run ends `after` steps after it joined (or after `after` steps when nobody is killed).
 // Returns the run's summary and the commit times of every step (this process's clock).
+bool heal_trace = false;  // --heal-trace: each heal run's commits and events, timed
+
 struct HealRun {
   train::Summary summary;
   std::vector<Clock::time_point> commits;
@@ -403,6 +407,13 @@ HealRun heal_run(ProcMesh& procs, train::TrainOptions o, std::chrono::millisecon
   });
   ddp.on_step([&](const train::StepRecord& r, std::size_t) {
     run.commits.push_back(Clock::now());
+    if (heal_trace) {
+      std::printf("    %8.3f s  commit %llu: %zu members, compute/reduce ms", std::chrono::duration<double>(Clock::now() - start).count(),
+                  static_cast<unsigned long long>(r.step), r.members.size());
+      for (std::size_t i = 0; i < r.members.size() && i < r.compute_ms.size(); ++i)
+        std::printf(" %zu:%.0f/%.0f", r.members[i], r.compute_ms[i], r.reduce_ms[i]);
+      std::printf("\n");
+    }
     if (!killed && kill_at.count() > 0 && Clock::now() - start >= kill_at && r.members.size() > 1) {
       if (int pid = procs.pid(r.members.back()); pid > 0) ::kill(pid, SIGKILL);
       killed = true;
@@ -410,6 +421,10 @@ HealRun heal_run(ProcMesh& procs, train::TrainOptions o, std::chrono::millisecon
     if (joined && r.step >= *joined + after) ddp.cancel();
   });
   run.summary = ddp.run();
+  if (heal_trace)
+    for (auto& e : run.summary.events)
+      std::printf("    %8.3f s  event at step %llu, replica %zu: %s\n", std::chrono::duration<double>(e.when - start).count(),
+                  static_cast<unsigned long long>(e.step), e.replica, e.what.c_str());
   return run;
 }
 
@@ -590,6 +605,7 @@ int main(int argc, char** argv) {
   app.add_option("--heal-hidden", heal_hidden, "hidden width of the heal part's model (9100: a 1 GB state)");
   app.add_option("--heal-batch", heal_batch, "batch of the heal part");
   app.add_option("--heal-steps", heal_steps, "steps of the heal part's runs after the replacement joined");
+  app.add_flag("--heal-trace", heal_trace, "print each heal run's commits and events with their times");
   app.add_option("--heal-kill-at", heal_kill_at, "seconds into the heal part's runs of the kill (past the replicas' start)");
   app.add_option("--ckpt-hidden", ckpt_hidden, "hidden width of the checkpoint part's model");
   app.add_option("--ckpt-every", ckpt_every, "steps between checkpoints");

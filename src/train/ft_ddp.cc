@@ -465,11 +465,23 @@ Summary FtDdp::run() {
   };
 
   // Healing: one snapshot of one donor serves every replica that is fresh when it is taken.
+  // A heal is a transfer of the snapshot, then rounds of replay of the sums committed since, each
+  // while the others train on; the last one, at a step boundary, while they wait. The first round
+  // always runs while they train (a fresh process's first optimizer step touches its memory for
+  // the first time, several times slower than later ones), and more follow while the replica is
+  // more than a step behind (replay is faster than a step: no gradient to compute), at most
+  // kRounds, so that the wait is for about one step's replay, not for every step committed since
+  // the snapshot.
   struct Heal {
     std::size_t replica;
-    int pid;  // its proc's
-    Future<HealReport> done;
+    int pid;                   // its proc's
+    Future<HealReport> done;   // the transfer, then each round of replay
+    bool replaying = false;    // done is a round of replay
+    HealReport transfer;       // once replaying
+    std::size_t rounds = 0;    // of replay, begun
+    std::uint64_t at = 0;      // the replica's step, as last reported
   };
+  constexpr std::size_t kRounds = 4;
   std::optional<std::size_t> donor;
   int donor_pid = 0;
   Snapshot snap;
@@ -491,7 +503,7 @@ Summary FtDdp::run() {
       heals.clear();
       donor.reset();
     }
-    // Finished transfers: replay what committed meanwhile, then join.
+    // Finished transfers and rounds: another round, or the last one and the join.
     for (auto it = heals.begin(); it != heals.end();) {
       if (!it->done.ready()) {
         ++it;
@@ -500,35 +512,53 @@ Summary FtDdp::run() {
       std::size_t r = it->replica;
       try {
         auto report = it->done.get();
-        // The replay comes from the donor too: if the donor goes while it runs, the healer
-        // would wait out its calls, so it is replaced instead.
-        auto caught = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
-        auto until = Clock::now() + o.step_timeout;
-        while (!caught.wait_for(std::chrono::milliseconds(2))) {
-          bool gone;
-          {
-            std::lock_guard lock(s.mu);
-            gone = s.status[*donor] != Status::kLive;
-          }
-          if (gone || Clock::now() >= until) throw std::runtime_error("the donor was lost during the replay");
+        if (!it->replaying) it->transfer = report;
+        it->replaying = true;
+        it->at = report.step;
+        std::uint64_t lag = sum.committed - report.step;
+        if (lag > 0 && (it->rounds == 0 || (lag > 1 && it->rounds < kRounds))) {  // while the others train on
+          ++it->rounds;
+          it->done = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
+          ++it;
+          continue;
         }
-        caught.get();
+        // The last round: the others wait at this boundary. The replay comes from the donor too:
+        // if the donor goes while it runs, the healer would wait out its calls, so it is replaced.
+        if (lag > 0) {
+          auto caught = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
+          auto until = Clock::now() + o.step_timeout;
+          while (!caught.wait_for(std::chrono::milliseconds(2))) {
+            bool gone;
+            {
+              std::lock_guard lock(s.mu);
+              gone = s.status[*donor] != Status::kLive;
+            }
+            if (gone || Clock::now() >= until) throw std::runtime_error("the donor was lost during the replay");
+          }
+          caught.get();
+        }
         {
           std::lock_guard lock(s.mu);
           if (s.status[r] == Status::kHealing) s.status[r] = Status::kLive;
         }
         ++sum.heals;
+        const auto& t = it->transfer;
         char line[200];
         std::snprintf(line, sizeof line, "healed from replica %zu: %.1f MB in %.3f s (%.2f GB/s), %llu steps replayed",
-                      *donor, report.bytes / 1e6, report.seconds,
-                      report.seconds > 0 ? report.bytes / report.seconds / 1e9 : 0.0,
-                      static_cast<unsigned long long>(sum.committed - report.step));
-        s.event(Event::Kind::kJoined, sum.committed, r, line, report.bytes, report.seconds);
+                      *donor, t.bytes / 1e6, t.seconds, t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0,
+                      static_cast<unsigned long long>(sum.committed - t.step));
+        s.event(Event::Kind::kJoined, sum.committed, r, line, t.bytes, t.seconds);
       } catch (const std::exception& e) {
         s.event(Event::Kind::kHealFailed, sum.committed, r, std::string("healing failed: ") + e.what());
         s.lost(r, it->pid);  // it may still be waiting on the donor: a new one heals again
       }
       it = heals.erase(it);
+    }
+    // The donor's log needs no sum that every healer has replayed (its buffers go back to the pool).
+    if (donor && !heals.empty()) {
+      std::uint64_t below = ~0ull;
+      for (auto& h : heals) below = std::min(below, h.replaying ? h.at : snap.step);
+      if (below > snap.step) snap.server.call<&StateServer::forget>(below);
     }
     if (heals.empty() && donor) {
       try {
@@ -559,7 +589,7 @@ Summary FtDdp::run() {
         std::lock_guard lock(s.mu);
         s.status[r] = Status::kHealing;
       }
-      heals.push_back(Heal{r, s.pid_of(r), s.replicas.at(r).call<&Replica::heal>(snap)});
+      heals.push_back(Heal{.replica = r, .pid = s.pid_of(r), .done = s.replicas.at(r).call<&Replica::heal>(snap), .transfer = {}, .rounds = 0, .at = 0});
       s.event(Event::Kind::kHealing, sum.committed, r,
               "healing from replica " + std::to_string(*donor) + " at step " + std::to_string(snap.step));
     }

@@ -245,6 +245,13 @@ std::pair<wire::Part, std::uint64_t> StateServer::logged(std::uint64_t step) {
   return it->second;
 }
 
+void StateServer::forget(std::uint64_t step) {
+  std::vector<wire::Part> dropped;  // released after the lock: a buffer's return to its pool takes another
+  std::lock_guard lock(shared_->mu);
+  for (auto it = shared_->log.begin(); it != shared_->log.end() && it->first <= step; it = shared_->log.erase(it))
+    dropped.push_back(std::move(it->second.first));
+}
+
 // --- the checkpoint writer ----------------------------------------------------------------------
 struct CheckpointWriter::Shared {
   std::mutex mu;
@@ -308,43 +315,58 @@ struct Replica::Impl {
       : options(std::move(o)), store(s), job(s.id().to_string()), core(options.model, options.device) {}
   ~Impl() { Collectives::of_this_proc().forget(job); }
 
-  // The quorum's communicator, made when the quorum is new.
-  Status connect(const StepPlan& plan) {
-    if (comm && comm_quorum == plan.quorum) return ok_status();
+  // The quorum's communicator, made when the quorum is new, on a thread of its own: begun when a
+  // step's plan arrives, so that the rendezvous runs while the gradient is computed (a member
+  // whose computation is slower, e.g. a replacement's first, does not make the others' rendezvous
+  // wait out its timeout), and awaited before the sum. The controller aborts the quorum when one
+  // of its members dies: the rendezvous ends then, not at its timeout. The store's waits ask as
+  // they poll; the library's own connect cannot be interrupted (Gloo's pairs wait for their
+  // peers' connections), so an abort leaves the thread behind to end at its timeout.
+  using Made = Result<std::unique_ptr<collective::Communicator>>;
+  struct Connecting {
+    std::uint64_t quorum = 0;
+    std::future<Made> ready;
+  };
+  std::optional<Connecting> connecting;
+
+  void begin_connect(const StepPlan& plan) {
+    if ((comm && comm_quorum == plan.quorum) || (connecting && connecting->quorum == plan.quorum)) return;
     drop_comm();
     collective::CommOptions o{.prefix = "quorum-" + std::to_string(plan.quorum),
                               .timeout = options.collective_timeout,
                               .rendezvous_timeout = options.rendezvous_timeout,
                               .hostname = hostname};
-    // The controller aborts the quorum when one of its members dies: the rendezvous ends then,
-    // not at its timeout. The store's waits ask as they poll; the library's own connect cannot
-    // be interrupted (Gloo's pairs wait for their peers' connections), so the communicator is
-    // made on a thread of its own, which an abort leaves behind to end at its timeout.
     auto abandoned = [job = job, q = plan.quorum] { return Collectives::of_this_proc().aborted(job, q); };
     auto rendezvous = std::make_shared<ActorStore>(store.ref(), abandoned);
-    using Made = Result<std::unique_ptr<collective::Communicator>>;
     auto made = std::make_shared<std::promise<Made>>();
-    auto ready = made->get_future();
+    connecting = Connecting{plan.quorum, made->get_future()};
     std::thread([made, rendezvous, o, rank = plan.rank, size = plan.size, nccl = collective == "nccl"] {
       made->set_value(nccl ? collective::connect_nccl(*rendezvous, rank, size, o, gpu::runtime(), 0)
                            : collective::connect_gloo(*rendezvous, rank, size, o));
     }).detach();
-    while (ready.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
-      if (auto why = abandoned()) {
-        return Error(Code::kAborted, "the rendezvous of quorum " + std::to_string(plan.quorum) + " was abandoned: " + *why);
+  }
+  Status connect(const StepPlan& plan) {
+    begin_connect(plan);
+    if (comm && comm_quorum == plan.quorum) return ok_status();
+    Connecting c = std::move(*connecting);
+    connecting.reset();
+    while (c.ready.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
+      if (auto why = Collectives::of_this_proc().aborted(job, c.quorum)) {
+        return Error(Code::kAborted, "the rendezvous of quorum " + std::to_string(c.quorum) + " was abandoned: " + *why);
       }
     }
-    auto c = ready.get();
-    if (!c.ok()) return c.error();
-    comm = std::move(c).value();
-    comm_quorum = plan.quorum;
-    if (!Collectives::of_this_proc().set(job, plan.quorum, comm)) {
-      comm->abort("quorum " + std::to_string(plan.quorum) + " was aborted by the controller");
+    auto made = c.ready.get();
+    if (!made.ok()) return made.error();
+    comm = std::move(made).value();
+    comm_quorum = c.quorum;
+    if (!Collectives::of_this_proc().set(job, c.quorum, comm)) {
+      comm->abort("quorum " + std::to_string(c.quorum) + " was aborted by the controller");
     }
     return ok_status();
   }
   void drop_comm() {
     comm.reset();
+    connecting.reset();  // a communicator being made is left to its thread
     Collectives::of_this_proc().set(job, 0, nullptr);
   }
 
@@ -413,6 +435,7 @@ StepReply Replica::step(StepPlan plan) {
   }
   auto& p = m.pending;
   reply.device = m.core.device();
+  m.begin_connect(plan);
   auto t0 = Clock::now();
   if (p.step == plan.step && p.first == plan.first && p.count == plan.count && p.computed) {
     reply.reused = true;

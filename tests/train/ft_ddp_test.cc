@@ -48,6 +48,7 @@ TEST(FtDdp, KilledReplicasAreReplacedAndHealedWhileTheOthersTrain) {
   Summary s = ddp.run();
   EXPECT_GE(s.failures, 2u);
   EXPECT_GE(s.heals, 1u);
+  for (auto& e : s.events) EXPECT_NE(e.kind, Event::Kind::kHealFailed) << e.what;  // the donors live
   // Survivors never restarted: replicas 0 and 2 took part in every committed step.
   for (auto& r : s.steps) {
     EXPECT_NE(std::find(r.members.begin(), r.members.end(), 0u), r.members.end());
@@ -104,6 +105,25 @@ TEST(FtDdp, AMemberLostInANewQuorumsRendezvousCostsNoTimeout) {
   auto committed_at = std::chrono::duration<double>(next->seconds - s.steps[8].seconds);
   EXPECT_LT(committed_at, 20s) << "the survivors waited out a timeout";
   expect_oracle(o, s, 2);
+}
+
+// Every member's rendezvous begins with its step, not after its gradient: a member that computes
+// for longer than the rendezvous timeout (here on 512 times the samples) does not fail its quorum.
+TEST(FtDdp, AMemberThatComputesLongerThanTheRendezvousTimeoutDoesNotFailItsQuorum) {
+  auto procs = this_host().spawn_procs({{"replicas", 2}}, "uneven");
+  auto o = small(1);
+  o.model.hidden = 1024;
+  o.rendezvous_timeout = 300ms;
+  o.collective_timeout = 120s;
+  auto store = Proc::current().spawn<StoreActor>("rendezvous-uneven");
+  auto replicas = procs.spawn<Replica>("replica", o, store);
+  auto fast = replicas.at(0).call<&Replica::step>(StepPlan{.step = 0, .quorum = 1, .rank = 0, .size = 2, .first = 0, .count = 8});
+  auto slow = replicas.at(1).call<&Replica::step>(StepPlan{.step = 0, .quorum = 1, .rank = 1, .size = 2, .first = 8, .count = 4096});
+  StepReply a = fast.get(300s), b = slow.get(300s);
+  ASSERT_GT(b.compute_ms, 3 * 300.0) << "the slow member's gradient took too little time to show anything";
+  EXPECT_TRUE(a.ok) << a.error;
+  EXPECT_TRUE(b.ok) << b.error;
+  EXPECT_LT(a.compute_ms, b.compute_ms);
 }
 
 TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {

@@ -202,11 +202,13 @@ class StateServer : public Actor {
   wire::Part chunk(std::uint64_t step, std::uint64_t index);
   // The averaged gradient (summed, members) that committed step `step` (1-based) applied.
   std::pair<wire::Part, std::uint64_t> logged(std::uint64_t step);
+  // Drops the logged gradients of steps up to `step`, which every healer has replayed.
+  void forget(std::uint64_t step);
 
  private:
   std::shared_ptr<Shared> shared_;
 };
-SCEPTRE_ACTOR(StateServer, chunk, logged);
+SCEPTRE_ACTOR(StateServer, chunk, logged, forget);
 
 // Persists its replica's captured checkpoint shard on a thread of its own.
 class CheckpointWriter : public Actor {
@@ -249,8 +251,9 @@ class Replica : public Actor {
   // Snapshots the committed state into the state server and starts logging committed gradients.
   Snapshot snapshot();
   void stop_logging();
-  // Fetches `from`'s snapshot, then the gradients logged up to `upto`, and applies them.
+  // Fetches `from`'s snapshot into this replica's state (its step is the snapshot's).
   HealReport heal(Snapshot from);
+  // Replays the gradients `from`'s replica logged up to step `upto`, from this replica's step.
   HealReport catch_up(Snapshot from, std::uint64_t upto);
   // Copies this replica's shard of the committed state for its CheckpointWriter.
   Captured capture(CheckpointPlan plan);
