@@ -578,7 +578,7 @@ Summary FtDdp::run() {
     donor = live.front();
     donor_pid = s.pid_of(*donor);
     try {
-      snap = s.replicas.at(*donor).call<&Replica::snapshot>().get(o.step_timeout);
+      snap = s.replicas.at(*donor).call<&Replica::snapshot>(fresh.size()).get(o.step_timeout);
     } catch (const std::exception& e) {
       s.lost(*donor, donor_pid);
       donor.reset();

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/log.h"
 #include "sceptre/actor/proc.h"
 #include "sceptre/gpu/runtime.h"
 #include "sceptre/train/ft_ddp.h"
@@ -64,14 +65,11 @@ class GradientPool : public std::enable_shared_from_this<GradientPool> {
   std::vector<std::unique_ptr<std::vector<float>>> free_;
 };
 
-// Touches every page of [data, data + size), from this process and once from the kernel (its bytes are written
-// through a socketpair to a thread that reads and drops them). On this VM each is slow only the
-// first time: a first write reaches ~0.5 GB/s, the kernel's first read of user pages 0.55 GB/s
-// (the next one 7 GB/s), and a snapshot is sent through a socket. Best effort: an error here
-// only means slower sends.
-void warm(void* data, std::size_t size) {
-  auto* b = static_cast<char*>(data);
-  std::memset(b, 0, size);
+// The kernel's first read of every page of `regions`, which others may be writing: their bytes
+// are written through a socketpair to a thread that drops them. On this VM the kernel's first
+// read of user pages runs at 0.55 GB/s (the next one at 7 GB/s), and a snapshot is sent through
+// a socket. Best effort: an error here only means slower sends.
+void kernel_read(std::span<const std::span<const std::byte>> regions) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
   std::thread drain([fd = fds[1]] {
@@ -79,15 +77,25 @@ void warm(void* data, std::size_t size) {
     while (::read(fd, sink.data(), sink.size()) > 0) {
     }
   });
-  for (std::size_t at = 0; at < size;) {
-    auto n = ::send(fds[0], b + at, std::min<std::size_t>(size - at, 4u << 20), MSG_NOSIGNAL);
-    if (n <= 0 && errno != EINTR) break;
-    if (n > 0) at += static_cast<std::size_t>(n);
+  for (auto region : regions) {
+    for (std::size_t at = 0; at < region.size();) {
+      auto n = ::send(fds[0], region.data() + at, std::min<std::size_t>(region.size() - at, 4u << 20), MSG_NOSIGNAL);
+      if (n <= 0 && errno != EINTR) break;
+      if (n > 0) at += static_cast<std::size_t>(n);
+    }
   }
   ::shutdown(fds[0], SHUT_WR);
   drain.join();
   ::close(fds[0]);
   ::close(fds[1]);
+}
+
+// Touches every page of [data, data + size) from this process (a first write reaches ~0.5 GB/s
+// here, later ones far more), then from the kernel.
+void warm(void* data, std::size_t size) {
+  std::memset(data, 0, size);
+  const std::span<const std::byte> region(static_cast<const std::byte*>(data), size);
+  kernel_read(std::span(&region, 1));
 }
 
 // The communicator each replica of this proc has now, by its job (its store's id), for
@@ -221,14 +229,51 @@ struct StateServer::Shared {
   std::shared_ptr<const void> lease;            // of the snapshot served; null when none
   std::shared_ptr<std::string> leased;          // the buffer some view may still read
   std::uint64_t chunk_bytes = 0;
+  // A snapshot of a model on the CPU is served live: straight from the replica's tensors, which
+  // nothing writes until its next commit, which ends it (end_live): the chunks that not every
+  // healer has fetched are copied first, and the commit waits until no view of the tensors is
+  // left in a send queue. Usually the transfer is over before the step is computed, and nothing
+  // is copied at all. (A snapshot of a model on a GPU is copied into `buffer` at once.)
+  const ReplicaCore* live = nullptr;
+  std::uint64_t bytes = 0;                      // of the snapshot's data
+  std::size_t healers = 0;                      // who fetch every chunk of it
+  std::vector<std::size_t> fetched;             // per chunk, while live
+  std::size_t live_views = 0;                   // views of the tensors not yet dropped
+  std::map<std::uint64_t, wire::Part> copies;   // chunks copied when it stopped being live
   bool logging = false;
   std::map<std::uint64_t, std::pair<wire::Part, std::uint64_t>> log;  // committed step -> (sum, members)
 };
 
 wire::Part StateServer::chunk(std::uint64_t step, std::uint64_t index) {
   std::lock_guard lock(shared_->mu);
-  if (!shared_->lease || shared_->step != step) {
+  auto& sh = *shared_;
+  if (sh.step != step || !(sh.lease || sh.live || !sh.copies.empty())) {
     throw std::runtime_error("no snapshot of step " + std::to_string(step) + " here");
+  }
+  if (sh.live || !sh.copies.empty()) {
+    std::uint64_t at = index * sh.chunk_bytes;
+    if (at >= sh.bytes && !(at == 0 && sh.bytes == 0)) throw std::out_of_range("chunk " + std::to_string(index));
+    auto n = std::min<std::uint64_t>(sh.chunk_bytes, sh.bytes - at);
+    if (!sh.live) {
+      auto it = sh.copies.find(index);
+      if (it == sh.copies.end()) throw std::runtime_error("chunk " + std::to_string(index) + " of step " + std::to_string(step) + " was fetched by every healer");
+      return it->second;
+    }
+    ++sh.fetched[index];
+    if (auto v = sh.live->live_view(at, n); !v.empty()) {
+      ++sh.live_views;
+      std::weak_ptr<Shared> weak = shared_;
+      return wire::Part::view(v.data(), v.size(), std::shared_ptr<const void>(v.data(), [weak](const void*) {
+        if (auto s = weak.lock()) {
+          std::lock_guard l(s->mu);
+          --s->live_views;
+          s->released.notify_all();
+        }
+      }));
+    }
+    auto part = wire::Part::allocate(n);  // across two tensors
+    sh.live->copy_live(at, part.mutable_data(), n);
+    return part;
   }
   auto& b = *shared_->buffer;
   std::uint64_t size = b.size() - shared_->data_at;
@@ -370,6 +415,32 @@ struct Replica::Impl {
     Collectives::of_this_proc().set(job, 0, nullptr);
   }
 
+  // Ends the live serving of a snapshot (see StateServer::Shared) before the state changes: the
+  // chunks not every healer has fetched are copied, then it waits until no view of the tensors
+  // is left in a send queue. A send that is stuck (its channel neither delivers nor fails it
+  // within step_timeout) is left to it, and the snapshot is withdrawn: its healers' other
+  // fetches fail, and they are replaced.
+  void end_live() {
+    auto& sh = *shared;
+    std::unique_lock lock(sh.mu);
+    if (!sh.live) return;
+    for (std::size_t i = 0; i < sh.fetched.size(); ++i) {
+      if (sh.fetched[i] >= sh.healers) continue;
+      std::uint64_t at = i * sh.chunk_bytes;
+      auto n = std::min<std::uint64_t>(sh.chunk_bytes, sh.bytes - at);
+      auto part = wire::Part::allocate(n);
+      core.copy_live(at, part.mutable_data(), n);
+      sh.copies.emplace(i, std::move(part));
+    }
+    sh.live = nullptr;
+    sh.fetched.clear();
+    if (!sh.released.wait_for(lock, options.step_timeout, [&] { return sh.live_views == 0; })) {
+      sh.copies.clear();
+      log().warn("replica: {} views of the state were still being sent after {} ms; the snapshot of step {} is withdrawn",
+                       sh.live_views, options.step_timeout.count(), sh.step);
+    }
+  }
+
   // Sums the kept gradient over the quorum, where the model is.
   Status allreduce() {
     if (device_sum) return comm->allreduce_sum(core.sum_buffer());
@@ -393,13 +464,21 @@ void Replica::on_start() {
     if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
     if (!host.empty()) impl_->hostname = host;
   }
-  impl_->warming = std::async(std::launch::async, [size = impl_->core.state_bytes(),
+  // A model on the CPU is served live (its tensors are sent): the kernel reads them once here.
+  // Its tensors stay where they are for the replica's life (every change is in place).
+  std::vector<std::span<const std::byte>> live;
+  if (!impl_->core.on_gpu()) live = impl_->core.live_regions();
+  impl_->warming = std::async(std::launch::async, [size = impl_->core.state_bytes(), live = std::move(live),
                                                     n = impl_->core.parameter_count(), pool = impl_->gradients] {
     ::setpriority(PRIO_PROCESS, 0, 19);  // this thread only: it takes what CPU training leaves
     for (int i = 0; i < 2; ++i) {
       auto v = std::make_unique<std::vector<float>>(n);
       warm(v->data(), v->size() * sizeof(float));
       pool->give(std::move(v));
+    }
+    if (!live.empty()) {
+      kernel_read(live);
+      return std::shared_ptr<std::string>();
     }
     auto b = std::make_shared<std::string>();
     b->resize(size);
@@ -477,6 +556,7 @@ Committed Replica::commit(std::uint64_t step) {
   if (p.step != step || !p.reduced) {
     throw std::logic_error("commit of step " + std::to_string(step) + " that this replica has not reduced");
   }
+  m.end_live();  // before the state changes
   if (m.device_sum) {
     m.core.apply_sum(p.size);
   } else {
@@ -504,17 +584,33 @@ Committed Replica::commit(std::uint64_t step) {
 
 Committed Replica::digest() { return Committed{impl_->core.step(), impl_->core.digest()}; }
 
-Snapshot Replica::snapshot() {
+Snapshot Replica::snapshot(std::size_t healers) {
   auto& m = *impl_;
   auto& sh = *m.shared;
+  m.end_live();  // (a snapshot is taken at a step boundary: one still live has no healer left)
   std::shared_ptr<const void> last;  // the last snapshot's lease: dropped outside the lock, which its deleter takes
+  std::map<std::uint64_t, wire::Part> copies;
   {
     std::lock_guard lock(sh.mu);
     last = std::move(sh.lease);
     sh.lease.reset();
+    copies = std::move(sh.copies);
+    sh.copies.clear();
   }
   last.reset();
+  copies.clear();
   std::unique_lock lock(sh.mu);
+  sh.chunk_bytes = std::max<std::uint64_t>(1, m.options.chunk_bytes);
+  sh.logging = true;
+  sh.log.clear();
+  sh.step = m.core.step();
+  if (!m.core.on_gpu()) {
+    sh.live = &m.core;
+    sh.bytes = m.core.state_bytes() - m.core.header_bytes();
+    sh.healers = std::max<std::size_t>(1, healers);
+    sh.fetched.assign(static_cast<std::size_t>((sh.bytes + sh.chunk_bytes - 1) / sh.chunk_bytes), 0);
+    return Snapshot{sh.step, sh.bytes, sh.chunk_bytes, m.server, m.core.header()};
+  }
   // The warmed buffer once it is ready. Else the last one, once no view of the last snapshot is
   // left (each goes once sent and acknowledged); a new, cold one if one stays in a send queue.
   if (m.warming.valid() && m.warming.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
@@ -530,7 +626,6 @@ Snapshot Replica::snapshot() {
   lock.unlock();
   m.core.save(*buffer);
   lock.lock();
-  sh.step = m.core.step();
   sh.data_at = m.core.header_bytes();
   sh.leased = sh.buffer;
   std::weak_ptr<StateServer::Shared> weak = m.shared;
@@ -541,15 +636,13 @@ Snapshot Replica::snapshot() {
       s->released.notify_all();
     }
   });
-  sh.chunk_bytes = std::max<std::uint64_t>(1, m.options.chunk_bytes);
-  sh.logging = true;
-  sh.log.clear();
-  return Snapshot{sh.step, sh.buffer->size() - sh.data_at, sh.chunk_bytes, m.server,
-                  sh.buffer->substr(0, sh.data_at)};
+  sh.bytes = sh.buffer->size() - sh.data_at;
+  return Snapshot{sh.step, sh.bytes, sh.chunk_bytes, m.server, sh.buffer->substr(0, sh.data_at)};
 }
 
 void Replica::stop_logging() {
   auto& m = *impl_;
+  m.end_live();
   std::shared_ptr<const void> lease;  // dropped after the lock: its deleter takes the lock
   decltype(m.shared->log) log;
   {

@@ -182,6 +182,9 @@ struct ReplicaCore::Impl {
   void need_gpu(const char* what) const {
     if (device.is_cpu()) throw std::logic_error(std::string(what) + ": the model is on the CPU");
   }
+  void need_cpu(const char* what) const {
+    if (!device.is_cpu()) throw std::logic_error(std::string(what) + ": the model is on a GPU");
+  }
 
   std::size_t data_bytes() const { return ends.empty() ? 0 : ends.back(); }
 
@@ -375,6 +378,43 @@ void ReplicaCore::load(const std::string& bytes) {
 }
 
 std::size_t ReplicaCore::header_bytes() const { return impl_->header_bytes; }
+
+std::string ReplicaCore::header() const { return impl_->header(); }
+
+std::span<const std::byte> ReplicaCore::live_view(std::uint64_t at, std::size_t n) const {
+  auto& m = *impl_;
+  m.need_cpu("live_view");
+  if (n > m.data_bytes() || at > m.data_bytes() - n) throw std::out_of_range("live_view: past the end of the state");
+  auto i = static_cast<std::size_t>(std::upper_bound(m.ends.begin(), m.ends.end(), at) - m.ends.begin());
+  std::size_t begin = i == 0 ? 0 : m.ends[i - 1];
+  if (n == 0 || i == m.ends.size() || at + n > m.ends[i]) return {};
+  return {static_cast<const std::byte*>(m.state[i].data_ptr()) + (at - begin), n};
+}
+
+void ReplicaCore::copy_live(std::uint64_t at, void* out, std::size_t n) const {
+  auto& m = *impl_;
+  m.need_cpu("copy_live");
+  if (n > m.data_bytes() || at > m.data_bytes() - n) throw std::out_of_range("copy_live: past the end of the state");
+  auto* o = static_cast<std::byte*>(out);
+  auto i = static_cast<std::size_t>(std::upper_bound(m.ends.begin(), m.ends.end(), at) - m.ends.begin());
+  while (n > 0) {
+    std::size_t begin = i == 0 ? 0 : m.ends[i - 1];
+    std::size_t k = std::min<std::size_t>(n, m.ends[i] - at);
+    std::memcpy(o, static_cast<const std::byte*>(m.state[i].data_ptr()) + (at - begin), k);
+    at += k;
+    o += k;
+    n -= k;
+    ++i;
+  }
+}
+
+std::vector<std::span<const std::byte>> ReplicaCore::live_regions() const {
+  auto& m = *impl_;
+  m.need_cpu("live_regions");
+  std::vector<std::span<const std::byte>> out;
+  for (auto& t : m.state) out.emplace_back(static_cast<const std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes()));
+  return out;
+}
 
 void ReplicaCore::load_begin(std::string_view header) {
   auto& m = *impl_;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "sceptre/sceptre.h"
 #include "sceptre/train/ft_ddp.h"
@@ -126,6 +127,30 @@ TEST(FtDdp, AMemberThatComputesLongerThanTheRendezvousTimeoutDoesNotFailItsQuoru
   EXPECT_LT(a.compute_ms, b.compute_ms);
 }
 
+// A snapshot of a model on the CPU is served from the donor's live tensors until its next commit,
+// which first copies what its healer has not fetched. Here the transfer (tiny chunks, one in
+// flight, some across two tensors) lasts many steps, so the donor commits during it.
+TEST(FtDdp, ADonorThatCommitsDuringATransferServesTheStateOfItsSnapshot) {
+  auto procs = this_host().spawn_procs({{"replicas", 2}}, "live");
+  auto o = small(300);
+  o.chunk_bytes = 100;
+  o.chunks_in_flight = 1;
+  FtDdp ddp(procs, o);
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step == 5) ::kill(pid_of(procs, 1), SIGKILL);
+  });
+  Summary s = ddp.run();
+  std::uint64_t healing = 0, joined = 0;
+  for (auto& e : s.events) {
+    if (e.kind == Event::Kind::kHealing) healing = e.step;
+    if (e.kind == Event::Kind::kJoined) joined = e.step;
+    EXPECT_NE(e.kind, Event::Kind::kHealFailed) << e.what;
+  }
+  ASSERT_EQ(s.heals, 1u);
+  EXPECT_GT(joined, healing + 1) << "the donor did not commit during the transfer";
+  expect_oracle(o, s, 2);
+}
+
 TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {
   auto procs = this_host().spawn_procs({{"replicas", 3}}, "frozen");
   auto o = small(40);
@@ -219,6 +244,13 @@ std::size_t count(const Summary& s, Event::Kind kind) {
       std::count_if(s.events.begin(), s.events.end(), [&](const Event& e) { return e.kind == kind; }));
 }
 
+// A checkpoint still being written when the next one is due makes that one skipped (and
+// reported). Steps of the small model take a few ms, its persist (fsync) tens: a test that counts
+// checkpoints gives each time to persist, here 0.5 s two steps before the next one is due.
+void pace_checkpoints(const StepRecord& r, std::uint64_t steps) {
+  if (r.step % 10 == 8 || r.step + 2 == steps) std::this_thread::sleep_for(500ms);
+}
+
 TEST(FtDdpCheckpoint, AKilledJobResumesFromItsCheckpointAsIfNeverStopped) {
   CheckpointDir dir;
   auto o = small(30);
@@ -232,7 +264,8 @@ TEST(FtDdpCheckpoint, AKilledJobResumesFromItsCheckpointAsIfNeverStopped) {
     // writer abandons that checkpoint: the next test).
     bool persisted = false, killed = false;
     ddp.on_event([&](const Event& e) { persisted |= e.kind == Event::Kind::kCheckpointed && e.step == 10; });
-    ddp.on_step([&](const StepRecord&, std::size_t) {
+    ddp.on_step([&](const StepRecord& r, std::size_t) {
+      pace_checkpoints(r, o.steps);
       if (persisted && !killed) {
         killed = true;
         ::kill(pid_of(procs, 1), SIGKILL);
@@ -260,6 +293,7 @@ TEST(FtDdpCheckpoint, AKilledJobResumesFromItsCheckpointAsIfNeverStopped) {
   o2.steps = 45;
   auto procs = this_host().spawn_procs({{"replicas", 3}}, "ckpt-b");
   FtDdp ddp(procs, o2);
+  ddp.on_step([&](const StepRecord& r, std::size_t) { pace_checkpoints(r, o2.steps); });
   Summary second = ddp.run();
   EXPECT_EQ(second.start_step, 20u);
   EXPECT_EQ(count(second, Event::Kind::kRestored), 1u);

@@ -249,7 +249,8 @@ class Replica : public Actor {
   Committed commit(std::uint64_t step);
   Committed digest();
   // Snapshots the committed state into the state server and starts logging committed gradients.
-  Snapshot snapshot();
+  // `healers` fetch it: each of its chunks is served that many times.
+  Snapshot snapshot(std::size_t healers);
   void stop_logging();
   // Fetches `from`'s snapshot into this replica's state (its step is the snapshot's).
   HealReport heal(Snapshot from);
