@@ -65,11 +65,14 @@ class GradientPool : public std::enable_shared_from_this<GradientPool> {
   std::vector<std::unique_ptr<std::vector<float>>> free_;
 };
 
-// The kernel's first read of every page of `regions`, which others may be writing: their bytes
-// are written through a socketpair to a thread that drops them. On this VM the kernel's first
-// read of user pages runs at 0.55 GB/s (the next one at 7 GB/s), and a snapshot is sent through
-// a socket. Best effort: an error here only means slower sends.
-void kernel_read(std::span<const std::span<const std::byte>> regions) {
+// Touches every page of [data, data + size), from this process and once from the kernel (its
+// bytes are written through a socketpair to a thread that reads and drops them). On this VM each
+// is slow only the first time: a first write reaches ~0.5 GB/s, the kernel's first read of user
+// pages 0.55 GB/s (the next one 7 GB/s), and a snapshot or a logged sum is sent through a socket.
+// Best effort: an error here only means slower sends.
+void warm(void* data, std::size_t size) {
+  auto* b = static_cast<char*>(data);
+  std::memset(b, 0, size);
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
   std::thread drain([fd = fds[1]] {
@@ -77,25 +80,15 @@ void kernel_read(std::span<const std::span<const std::byte>> regions) {
     while (::read(fd, sink.data(), sink.size()) > 0) {
     }
   });
-  for (auto region : regions) {
-    for (std::size_t at = 0; at < region.size();) {
-      auto n = ::send(fds[0], region.data() + at, std::min<std::size_t>(region.size() - at, 4u << 20), MSG_NOSIGNAL);
-      if (n <= 0 && errno != EINTR) break;
-      if (n > 0) at += static_cast<std::size_t>(n);
-    }
+  for (std::size_t at = 0; at < size;) {
+    auto n = ::send(fds[0], b + at, std::min<std::size_t>(size - at, 4u << 20), MSG_NOSIGNAL);
+    if (n <= 0 && errno != EINTR) break;
+    if (n > 0) at += static_cast<std::size_t>(n);
   }
   ::shutdown(fds[0], SHUT_WR);
   drain.join();
   ::close(fds[0]);
   ::close(fds[1]);
-}
-
-// Touches every page of [data, data + size) from this process (a first write reaches ~0.5 GB/s
-// here, later ones far more), then from the kernel.
-void warm(void* data, std::size_t size) {
-  std::memset(data, 0, size);
-  const std::span<const std::byte> region(static_cast<const std::byte*>(data), size);
-  kernel_read(std::span(&region, 1));
 }
 
 // The communicator each replica of this proc has now, by its job (its store's id), for
@@ -464,11 +457,10 @@ void Replica::on_start() {
     if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
     if (!host.empty()) impl_->hostname = host;
   }
-  // A model on the CPU is served live (its tensors are sent): the kernel reads them once here.
-  // Its tensors stay where they are for the replica's life (every change is in place).
-  std::vector<std::span<const std::byte>> live;
-  if (!impl_->core.on_gpu()) live = impl_->core.live_regions();
-  impl_->warming = std::async(std::launch::async, [size = impl_->core.state_bytes(), live = std::move(live),
+  // A model on the CPU is served live (its tensors are sent), with no snapshot buffer. (Its
+  // tensors are not read by the kernel ahead of time here: training writes them meanwhile.)
+  const bool live = !impl_->core.on_gpu();
+  impl_->warming = std::async(std::launch::async, [size = impl_->core.state_bytes(), live,
                                                     n = impl_->core.parameter_count(), pool = impl_->gradients] {
     ::setpriority(PRIO_PROCESS, 0, 19);  // this thread only: it takes what CPU training leaves
     for (int i = 0; i < 2; ++i) {
@@ -476,10 +468,7 @@ void Replica::on_start() {
       warm(v->data(), v->size() * sizeof(float));
       pool->give(std::move(v));
     }
-    if (!live.empty()) {
-      kernel_read(live);
-      return std::shared_ptr<std::string>();
-    }
+    if (live) return std::shared_ptr<std::string>();
     auto b = std::make_shared<std::string>();
     b->resize(size);
     warm(b->data(), b->size());

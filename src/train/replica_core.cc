@@ -408,14 +408,6 @@ void ReplicaCore::copy_live(std::uint64_t at, void* out, std::size_t n) const {
   }
 }
 
-std::vector<std::span<const std::byte>> ReplicaCore::live_regions() const {
-  auto& m = *impl_;
-  m.need_cpu("live_regions");
-  std::vector<std::span<const std::byte>> out;
-  for (auto& t : m.state) out.emplace_back(static_cast<const std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes()));
-  return out;
-}
-
 void ReplicaCore::load_begin(std::string_view header) {
   auto& m = *impl_;
   if (header.size() != m.header_bytes) {

@@ -102,10 +102,9 @@ class ReplicaCore {
   // The state's data bytes [at, at + n) (offsets after the header) where they live, for serving a
   // snapshot without copying it first: valid until the state next changes (apply(), a load). On
   // the CPU only (std::logic_error on a GPU). live_view is empty unless the bytes lie within one
-  // tensor; copy_live copies any range; live_regions are every tensor's bytes, in order.
+  // tensor; copy_live copies any range.
   std::span<const std::byte> live_view(std::uint64_t at, std::size_t n) const;
   void copy_live(std::uint64_t at, void* out, std::size_t n) const;
-  std::vector<std::span<const std::byte>> live_regions() const;
 
   void load_begin(std::string_view header);
   void load_data(std::uint64_t at, const void* data, std::size_t n);
