@@ -393,6 +393,7 @@ bool heal_trace = false;  // --heal-trace: each heal run's commits and events, t
 struct HealRun {
   train::Summary summary;
   std::vector<Clock::time_point> commits;
+  Clock::time_point killed;  // when the replica was killed (none: the epoch)
 };
 
 HealRun heal_run(ProcMesh& procs, train::TrainOptions o, std::chrono::milliseconds kill_at, std::uint64_t after) {
@@ -408,15 +409,16 @@ HealRun heal_run(ProcMesh& procs, train::TrainOptions o, std::chrono::millisecon
   ddp.on_step([&](const train::StepRecord& r, std::size_t) {
     run.commits.push_back(Clock::now());
     if (heal_trace) {
-      std::printf("    %8.3f s  commit %llu: %zu members, compute/reduce ms", std::chrono::duration<double>(Clock::now() - start).count(),
+      std::printf("    %8.3f s  commit %llu: %zu members, compute/reduce/commit ms", std::chrono::duration<double>(Clock::now() - start).count(),
                   static_cast<unsigned long long>(r.step), r.members.size());
-      for (std::size_t i = 0; i < r.members.size() && i < r.compute_ms.size(); ++i)
-        std::printf(" %zu:%.0f/%.0f", r.members[i], r.compute_ms[i], r.reduce_ms[i]);
+      for (std::size_t i = 0; i < r.members.size() && i < r.commit_ms.size(); ++i)
+        std::printf(" %zu:%.0f/%.0f/%.0f", r.members[i], r.compute_ms[i], r.reduce_ms[i], r.commit_ms[i]);
       std::printf("\n");
     }
     if (!killed && kill_at.count() > 0 && Clock::now() - start >= kill_at && r.members.size() > 1) {
       if (int pid = procs.pid(r.members.back()); pid > 0) ::kill(pid, SIGKILL);
       killed = true;
+      run.killed = Clock::now();
     }
     if (joined && r.step >= *joined + after) ddp.cancel();
   });
@@ -450,9 +452,10 @@ void heal_part(train::TrainOptions o, std::chrono::milliseconds kill_at, std::ui
     return std::make_pair(Clock::time_point{}, Clock::time_point{});
   };
   auto durations = [](const HealRun& r, Clock::time_point from, Clock::time_point to) {
-    std::vector<double> ms;  // steps whose interval overlaps [from, to]
+    // Steps begun in [from, to) (the one at whose boundary the replacement joined included).
+    std::vector<double> ms;
     for (std::size_t i = 1; i < r.commits.size(); ++i)
-      if (r.commits[i] > from && r.commits[i - 1] < to)
+      if (r.commits[i - 1] >= from && r.commits[i - 1] < to)
         ms.push_back(std::chrono::duration<double, std::milli>(r.commits[i] - r.commits[i - 1]).count());
     return ms;
   };
@@ -480,14 +483,24 @@ void heal_part(train::TrainOptions o, std::chrono::milliseconds kill_at, std::ui
   busy.min_replicas = 1;
   auto r = heal_run(procs, busy, kill_at, steps);
   auto [from, to] = joined(r.summary, "survivor training (1 of 2)");
-  auto during = durations(r, from, to);
-  if (during.empty()) {
+  // The heal's window for the survivor: from its first commit after the kill (the failed step's
+  // retry, whose cost is the fault's) to the join. Its steps begun in it, each; and its time lost,
+  // the window less that many steps of the baseline (the wait at the join counts).
+  auto first = std::find_if(r.commits.begin(), r.commits.end(), [&](auto t) { return t > r.killed; });
+  auto during = first == r.commits.end() ? std::vector<double>{} : durations(r, *first, to);
+  if (during.empty() || *first >= to) {
     std::printf("  survivor's step: no step overlapped the heal (more --heal-steps)\n");
-  } else {
-    std::printf("  survivor's step: %.0f ms (median of %zu overlapping the heal) vs %.0f ms for 1 replica without "
-                "faults -> %+.1f%%\n",
-                median(during), during.size(), median(base), 100.0 * (median(during) / median(base) - 1));
+    return;
   }
+  std::printf("  survivor's step: %.0f ms (median of %zu begun during the heal) vs %.0f ms for 1 replica without "
+              "faults -> %+.1f%%\n",
+              median(during), during.size(), median(base), 100.0 * (median(during) / median(base) - 1));
+  auto n = std::count_if(first + 1, r.commits.end(), [&](auto t) { return t <= to; });
+  double window = std::chrono::duration<double, std::milli>(to - *first).count();
+  double lost = window - static_cast<double>(n) * median(base);
+  std::printf("  survivor's time lost: %.0f ms in %.0f ms (%zu steps committed, the wait at the join included) -> "
+              "%+.1f%% of the window\n",
+              lost, window, static_cast<std::size_t>(n), 100.0 * lost / (window - lost));
 }
 
 // fio writing `bytes` in `jobs` files in `dir`, buffered, fsync of each file at the end: GB/s.

@@ -465,28 +465,69 @@ Summary FtDdp::run() {
   };
 
   // Healing: one snapshot of one donor serves every replica that is fresh when it is taken.
-  // A heal is a transfer of the snapshot, then rounds of replay of the sums committed since, each
-  // while the others train on; the last one, at a step boundary, while they wait. The first round
+  // A heal is a transfer of the snapshot, then rounds of replay of the sums committed since,
+  // each while the others train on, then a last round that the others wait for. The first round
   // always runs while they train (a fresh process's first optimizer step touches its memory for
-  // the first time, several times slower than later ones), and more follow while the replica is
-  // more than a step behind (replay is faster than a step: no gradient to compute), at most
-  // kRounds, so that the wait is for about one step's replay, not for every step committed since
-  // the snapshot.
+  // the first time, several times slower than later ones). The last round replays one step: it
+  // begins as soon as that step is decided (its sum is in the donor's log once reduced), while
+  // the members commit, so that the others wait at the boundary only for what is left of it.
+  // A replica still further behind after kRounds rounds replays the rest in its last round.
   struct Heal {
-    std::size_t replica;
-    int pid;                   // its proc's
-    Future<HealReport> done;   // the transfer, then each round of replay
-    bool replaying = false;    // done is a round of replay
-    HealReport transfer;       // once replaying
-    std::size_t rounds = 0;    // of replay, begun
-    std::uint64_t at = 0;      // the replica's step, as last reported
+    std::size_t replica = 0;
+    int pid = 0;                       // its proc's
+    Future<HealReport> done;           // the transfer, then each round of replay
+    std::optional<HealReport> report;  // of `done`, once taken
+    std::string failed;                // why `done` failed, once taken
+    bool replaying = false;            // the transfer is over
+    HealReport transfer;               // once replaying
+    std::size_t rounds = 0;            // of replay, begun
+    std::uint64_t at = 0;              // the replica's step, as last reported
+    std::optional<Future<HealReport>> last;  // the last round, begun as its step was decided
   };
   constexpr std::size_t kRounds = 4;
   std::optional<std::size_t> donor;
   int donor_pid = 0;
   Snapshot snap;
   std::vector<Heal> heals;
-  auto heal_step = [&](const std::vector<std::size_t>& live) {
+  // Takes a finished transfer or round from its future; false while it runs.
+  auto take_report = [](Heal& h) {
+    if (h.report || !h.failed.empty()) return true;
+    if (!h.done.ready()) return false;
+    try {
+      h.report = h.done.get();
+      if (!h.replaying) h.transfer = *h.report;
+      h.replaying = true;
+      h.at = h.report->step;
+    } catch (const std::exception& e) {
+      h.failed = e.what();
+    }
+    return true;
+  };
+  // A round of replay ends with the donor live; if the donor goes while it runs, the healer
+  // would wait out its calls, so it is replaced.
+  auto await_round = [&](Future<HealReport>& round) {
+    auto until = Clock::now() + o.step_timeout;
+    while (!round.wait_for(std::chrono::milliseconds(2))) {
+      bool gone;
+      {
+        std::lock_guard lock(s.mu);
+        gone = s.status[*donor] != Status::kLive;
+      }
+      if (gone || Clock::now() >= until) throw std::runtime_error("the donor was lost during the replay");
+    }
+    round.get();
+  };
+  // Step `step` is decided (every member reduced it): the last rounds that end with it begin.
+  auto decided = [&](std::uint64_t step) {
+    for (auto& h : heals) {
+      if (h.last || !take_report(h) || !h.failed.empty() || h.rounds == 0 || h.at > step) continue;
+      if (h.at == step || h.rounds >= kRounds) h.last = s.replicas.at(h.replica).call<&Replica::catch_up>(snap, step + 1);
+    }
+  };
+  // `retry`: the next attempt retries a discarded step, its members' gradients reused. No
+  // snapshot is taken before it: its commit follows at once, before the transfer is over, and a
+  // commit during a transfer first copies what is left of it (see Replica::snapshot).
+  auto heal_step = [&](const std::vector<std::size_t>& live, bool retry) {
     // A donor lost mid-transfer: its healers would wait out their chunk calls; they hold
     // nothing yet, so they are replaced at once and heal again from another peer.
     bool donor_lost = false;
@@ -505,37 +546,24 @@ Summary FtDdp::run() {
     }
     // Finished transfers and rounds: another round, or the last one and the join.
     for (auto it = heals.begin(); it != heals.end();) {
-      if (!it->done.ready()) {
+      if (!it->last && !take_report(*it)) {
         ++it;
         continue;
       }
       std::size_t r = it->replica;
       try {
-        auto report = it->done.get();
-        if (!it->replaying) it->transfer = report;
-        it->replaying = true;
-        it->at = report.step;
-        std::uint64_t lag = sum.committed - report.step;
-        if (lag > 0 && (it->rounds == 0 || (lag > 1 && it->rounds < kRounds))) {  // while the others train on
+        if (!it->failed.empty()) throw std::runtime_error(it->failed);
+        if (it->last) {
+          await_round(*it->last);
+        } else if (it->at < sum.committed && it->rounds < kRounds) {  // while the others train on
           ++it->rounds;
           it->done = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
+          it->report.reset();
           ++it;
           continue;
-        }
-        // The last round: the others wait at this boundary. The replay comes from the donor too:
-        // if the donor goes while it runs, the healer would wait out its calls, so it is replaced.
-        if (lag > 0) {
+        } else if (it->at < sum.committed) {  // the last round, all of it while the others wait
           auto caught = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
-          auto until = Clock::now() + o.step_timeout;
-          while (!caught.wait_for(std::chrono::milliseconds(2))) {
-            bool gone;
-            {
-              std::lock_guard lock(s.mu);
-              gone = s.status[*donor] != Status::kLive;
-            }
-            if (gone || Clock::now() >= until) throw std::runtime_error("the donor was lost during the replay");
-          }
-          caught.get();
+          await_round(caught);
         }
         {
           std::lock_guard lock(s.mu);
@@ -574,7 +602,7 @@ Summary FtDdp::run() {
       for (std::size_t r = 0; r < s.status.size(); ++r)
         if (s.status[r] == Status::kFresh) fresh.push_back(r);
     }
-    if (fresh.empty() || live.empty() || !heals.empty()) return;
+    if (fresh.empty() || live.empty() || !heals.empty() || retry) return;
     donor = live.front();
     donor_pid = s.pid_of(*donor);
     try {
@@ -589,7 +617,11 @@ Summary FtDdp::run() {
         std::lock_guard lock(s.mu);
         s.status[r] = Status::kHealing;
       }
-      heals.push_back(Heal{.replica = r, .pid = s.pid_of(r), .done = s.replicas.at(r).call<&Replica::heal>(snap), .transfer = {}, .rounds = 0, .at = 0});
+      Heal h;
+      h.replica = r;
+      h.pid = s.pid_of(r);
+      h.done = s.replicas.at(r).call<&Replica::heal>(snap);
+      heals.push_back(std::move(h));
       s.event(Event::Kind::kHealing, sum.committed, r,
               "healing from replica " + std::to_string(*donor) + " at step " + std::to_string(snap.step));
     }
@@ -607,7 +639,9 @@ Summary FtDdp::run() {
       if (s.cancelled) break;
     }
     checkpoints.poll();
-    heal_step(live_now());  // joins happen here, at the step boundary, before the quorum is formed
+    // Joins happen here, at the step boundary, before the quorum is formed.
+    // (Only the first retry waits: heals are not held back by a step that keeps failing.)
+    heal_step(live_now(), attempts == 1 && live_now().size() >= std::max<std::size_t>(1, o.min_replicas));
     std::vector<std::size_t> members = live_now();
     deliver();
     if (members.size() < std::max<std::size_t>(1, o.min_replicas)) {
@@ -701,9 +735,11 @@ Summary FtDdp::run() {
     }
     std::vector<Future<Committed>> commits;
     for (auto m : members) commits.push_back(s.replicas.at(m).call<&Replica::commit>(sum.committed));
+    decided(sum.committed);
+    std::vector<double> commit_ms(members.size());
     for (std::size_t i = 0; i < members.size(); ++i) {
       try {
-        commits[i].get(o.step_timeout);
+        commit_ms[i] = commits[i].get(o.step_timeout).ms;
       } catch (const std::exception& e) {
         s.lost(members[i], pids[i]);
       }
@@ -718,6 +754,7 @@ Summary FtDdp::run() {
     rec.attempts = attempts;
     rec.compute_ms = std::move(compute_ms);
     rec.reduce_ms = std::move(reduce_ms);
+    rec.commit_ms = std::move(commit_ms);
     attempts = 0;
     assigned.clear();
     ++sum.committed;
@@ -739,7 +776,7 @@ Summary FtDdp::run() {
   auto deadline = Clock::now() + 2 * o.step_timeout;
   for (;;) {
     auto live = live_now();
-    heal_step(live);
+    heal_step(live, false);
     deliver();
     bool all = live_now().size() == s.status.size();
     if (all || Clock::now() >= deadline || live.empty()) break;

@@ -535,6 +535,23 @@ StepReply Replica::step(StepPlan plan) {
     return reply;
   }
   p.reduced = true;
+  // While a peer heals from this replica, the sum goes into the log as soon as it is reduced,
+  // under the step its commit reaches: the healer's last round of replay fetches it while this
+  // replica commits. (A retry of the step replaces it; only a committed step's is fetched.)
+  bool logging;
+  {
+    std::lock_guard lock(m.shared->mu);
+    logging = m.shared->logging;
+  }
+  if (logging) {  // (only this thread changes it)
+    if (m.device_sum) {  // the log is served from host memory
+      p.summed = m.gradients->take(m.core.parameter_count());
+      m.core.sum_to(*p.summed);
+    }
+    auto& v = *p.summed;
+    std::lock_guard lock(m.shared->mu);
+    m.shared->log[plan.step + 1] = {wire::Part::view(v.data(), v.size() * sizeof(float), p.summed), p.size};
+  }
   reply.ok = true;
   return reply;
 }
@@ -545,30 +562,15 @@ Committed Replica::commit(std::uint64_t step) {
   if (p.step != step || !p.reduced) {
     throw std::logic_error("commit of step " + std::to_string(step) + " that this replica has not reduced");
   }
+  auto t0 = Clock::now();
   m.end_live();  // before the state changes
   if (m.device_sum) {
     m.core.apply_sum(p.size);
   } else {
     m.core.apply(*p.summed, p.size);
   }
-  bool logging;
-  {
-    std::lock_guard lock(m.shared->mu);
-    logging = m.shared->logging;
-  }
-  if (logging && m.device_sum) {  // the log is served from host memory
-    p.summed = m.gradients->take(m.core.parameter_count());
-    m.core.sum_to(*p.summed);
-  }
-  if (logging) {  // (only this thread changes it)
-    std::lock_guard lock(m.shared->mu);
-    {
-      auto& v = *p.summed;
-      m.shared->log[m.core.step()] = {wire::Part::view(v.data(), v.size() * sizeof(float), p.summed), p.size};
-    }
-  }
   p = {};  // the sum goes back to the pool unless the log holds it
-  return Committed{m.core.step(), 0};
+  return Committed{m.core.step(), 0, ms_since(t0)};
 }
 
 Committed Replica::digest() { return Committed{impl_->core.step(), impl_->core.digest()}; }

@@ -151,6 +151,13 @@ TEST(FtDdp, ADonorThatCommitsDuringATransferServesTheStateOfItsSnapshot) {
   expect_oracle(o, s, 2);
 }
 
+// Whether supervision's heartbeat found a failure (a frozen proc: nothing crashed).
+bool heartbeat_found(const Summary& s) {
+  for (auto& e : s.events)
+    if (e.what.find("heartbeat") != std::string::npos) return true;
+  return false;
+}
+
 TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {
   auto procs = this_host().spawn_procs({{"replicas", 3}}, "frozen");
   auto o = small(40);
@@ -160,49 +167,72 @@ TEST(FtDdp, AFrozenReplicaIsDroppedAndReplaced) {
   });
   Summary s = ddp.run();
   EXPECT_GE(s.failures, 1u);
-  bool heartbeat = false;
-  for (auto& e : s.events) heartbeat |= e.what.find("heartbeat") != std::string::npos;
-  EXPECT_TRUE(heartbeat) << "the frozen replica was not found by its heartbeat";
+  EXPECT_TRUE(heartbeat_found(s)) << "the frozen replica was not found by its heartbeat";
   expect_oracle(o, s, 2);
 }
 
-TEST(FtDdp, AReplicaKilledWhileHealingHealsAgain) {
-  auto procs = this_host().spawn_procs({{"replicas", 3}}, "reheal");
-  auto o = small(60);
-  o.chunks_in_flight = 1;
+// A fault during a heal: replica `first` is killed after step 5, and when its replacement
+// begins to heal, `sig` goes to the healer, or to the donor (replica 0, the first live member).
+// SIGSTOP is a freeze: no crash for anyone to see, only a proc that stops answering, found by
+// its heartbeat. Returns the run's summary; `hit` says whether the second fault was sent.
+enum class During { kHealer, kDonor };
+Summary fault_during_heal(const std::string& name, TrainOptions o, std::size_t first, int sig, During whom, bool& hit) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, name);
   FtDdp ddp(procs, o);
-  bool killed_healer = false;
+  hit = false;
   ddp.on_step([&](const StepRecord& r, std::size_t) {
-    if (r.step == 5) ::kill(pid_of(procs, 1), SIGKILL);
+    if (r.step == 5) ::kill(pid_of(procs, first), SIGKILL);
   });
   ddp.on_event([&](const Event& e) {
-    if (e.kind == Event::Kind::kHealing && !killed_healer) {
-      killed_healer = true;
-      ::kill(pid_of(procs, e.replica), SIGKILL);
+    if (e.kind == Event::Kind::kHealing && !hit) {
+      hit = true;
+      ::kill(pid_of(procs, whom == During::kHealer ? e.replica : 0), sig);
     }
   });
-  Summary s = ddp.run();
-  EXPECT_TRUE(killed_healer);
+  return ddp.run();
+}
+
+TEST(FtDdp, AReplicaKilledWhileHealingHealsAgain) {
+  auto o = small(60);
+  o.chunks_in_flight = 1;
+  bool hit;
+  Summary s = fault_during_heal("reheal", o, 1, SIGKILL, During::kHealer, hit);
+  EXPECT_TRUE(hit);
   EXPECT_GE(s.failures, 2u);
   expect_oracle(o, s, 2);
 }
 
 TEST(FtDdp, ADonorKilledWhileAPeerHealsFromItLeavesTheOthersTraining) {
-  auto procs = this_host().spawn_procs({{"replicas", 3}}, "donor");
   auto o = small(60);
-  FtDdp ddp(procs, o);
-  bool killed_donor = false;
-  ddp.on_step([&](const StepRecord& r, std::size_t) {
-    if (r.step == 5) ::kill(pid_of(procs, 2), SIGKILL);
-  });
-  ddp.on_event([&](const Event& e) {
-    if (e.kind == Event::Kind::kHealing && !killed_donor) {
-      killed_donor = true;
-      ::kill(pid_of(procs, 0), SIGKILL);  // the donor is the first live member
-    }
-  });
-  Summary s = ddp.run();
-  EXPECT_TRUE(killed_donor);
+  bool hit;
+  Summary s = fault_during_heal("donor", o, 2, SIGKILL, During::kDonor, hit);
+  EXPECT_TRUE(hit);
+  expect_oracle(o, s, 1);
+}
+
+TEST(FtDdp, AReplicaFrozenWhileHealingIsReplacedAndHealsAgain) {
+  auto o = small(40);
+  o.chunks_in_flight = 1;
+  bool hit;
+  Summary s = fault_during_heal("frozen-healer", o, 1, SIGSTOP, During::kHealer, hit);
+  EXPECT_TRUE(hit);
+  EXPECT_TRUE(heartbeat_found(s)) << "the frozen healer was not found by its heartbeat";
+  EXPECT_GE(s.heals, 1u) << "no replacement healed after the frozen one";
+  // The survivors took part in every committed step.
+  for (auto& r : s.steps) {
+    EXPECT_NE(std::find(r.members.begin(), r.members.end(), 0u), r.members.end());
+    EXPECT_NE(std::find(r.members.begin(), r.members.end(), 2u), r.members.end());
+  }
+  expect_oracle(o, s, 3);
+}
+
+TEST(FtDdp, ADonorFrozenWhileAPeerHealsFromItIsReplacedAndTheOthersTrainOn) {
+  auto o = small(40);
+  o.chunks_in_flight = 1;
+  bool hit;
+  Summary s = fault_during_heal("frozen-donor", o, 2, SIGSTOP, During::kDonor, hit);
+  EXPECT_TRUE(hit);
+  EXPECT_TRUE(heartbeat_found(s)) << "the frozen donor was not found by its heartbeat";
   expect_oracle(o, s, 1);
 }
 

@@ -99,7 +99,8 @@ struct StepReply {
 struct Committed {
   std::uint64_t step = 0;    // steps committed by this replica, this one included
   std::uint64_t digest = 0;  // of its whole state after the commit
-  SCEPTRE_FIELDS(step, digest)
+  double ms = 0;             // the commit's own time: the optimizer step, and logging the sum
+  SCEPTRE_FIELDS(step, digest, ms)
 };
 
 class StateServer;
@@ -296,8 +297,9 @@ struct StepRecord {  // one committed step, for replays and plots
   double seconds = 0;                      // since run() started, at commit
   std::size_t attempts = 1;
   // Of the committing attempt, per member: its gradient's computation (about 0 when reused from
-  // an earlier attempt) and its reduction, the quorum's communicator made first when it is new.
-  std::vector<double> compute_ms, reduce_ms;
+  // an earlier attempt) and its reduction, the quorum's communicator made first when it is new;
+  // and its commit (0 where the commit failed).
+  std::vector<double> compute_ms, reduce_ms, commit_ms;
 };
 
 struct Summary {
