@@ -336,15 +336,22 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
   std::printf("\nfaults: %zu replicas, %llu steps, batch %llu, MLP hidden %lld (%zu parameters)\n", replicas,
               static_cast<unsigned long long>(o.steps), static_cast<unsigned long long>(o.batch),
               static_cast<long long>(o.model.hidden), train::ReplicaCore(o.model).parameter_count());
-  Run clean = train_run(procs, o, 0, seed);
-  auto& c = clean.summary;
+  // Failure-free runs before and after the one with faults (the first on procs just started):
+  // goodput is measured against their mean rate.
   std::vector<double> step_ms;
-  for (std::size_t i = 1; i < c.steps.size(); ++i) step_ms.push_back(1e3 * (c.steps[i].seconds - c.steps[i - 1].seconds));
-  double rate = c.samples / c.seconds;
-  std::printf("  failure-free: %llu steps in %.2f s, step %.1f ms (median), %.0f samples/s\n",
-              static_cast<unsigned long long>(c.committed), c.seconds, median(step_ms), rate);
-
+  double rate = 0;
+  auto clean_run = [&](const char* when) {
+    Run clean = train_run(procs, o, 0, seed);
+    auto& c = clean.summary;
+    for (std::size_t i = 1; i < c.steps.size(); ++i) step_ms.push_back(1e3 * (c.steps[i].seconds - c.steps[i - 1].seconds));
+    rate += c.samples / c.seconds / 2;
+    std::printf("  failure-free, %s: %llu steps in %.2f s, %.0f samples/s\n", when,
+                static_cast<unsigned long long>(c.committed), c.seconds, c.samples / c.seconds);
+  };
+  clean_run("before");
   Run f = train_run(procs, o, fault_every, seed);
+  clean_run("after");
+  std::printf("  failure-free: step %.1f ms (median of both runs), %.0f samples/s (mean)\n", median(step_ms), rate);
   auto& s = f.summary;
   if (!events_out.empty()) {  // the run with faults, a line each: seconds, kind (or "-"), step, replica, what
     if (FILE* out = std::fopen(events_out.c_str(), "w")) {
@@ -563,14 +570,19 @@ void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t 
     ck = ddp.run();
   }
   double fio_after = fio_gbps(dir, static_cast<std::uint64_t>(3.0 * state), replicas);
+  // The persists while the replicas train, and the final checkpoint's, written once they stop
+  // (what the disk takes when the writers have the CPU, as fio does).
   std::vector<double> stall, persist_gbps, persist_s;
+  double idle_gbps = 0;
   for (auto& e : ck.events) {
     if (e.kind == train::Event::Kind::kCheckpointing) stall.push_back(e.stall_ms);
-    if (e.kind == train::Event::Kind::kCheckpointed) {
+    if (e.kind == train::Event::Kind::kCheckpointed && e.step == with.steps) idle_gbps = e.bytes / e.seconds / 1e9;
+    if (e.kind == train::Event::Kind::kCheckpointed && e.step < with.steps) {
       persist_gbps.push_back(e.bytes / e.seconds / 1e9);
       persist_s.push_back(e.seconds);
     }
   }
+  double fio = std::max(1e-9, (fio_before + fio_after) / 2);
   double step_plain = median(step_times(plain)), step_ck = median(step_times(ck));
   double stall_ms = median(stall);
   std::printf("  step time: %.1f ms without checkpoints, %.1f ms with (median); run %.2f s vs %.2f s\n", step_plain,
@@ -578,10 +590,12 @@ void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t 
   std::printf("  stall (in-memory copy): %.2f ms median per checkpoint = %.2f%% of a step; %.3f%% of the run\n",
               stall_ms, 100.0 * stall_ms / step_plain,
               100.0 * std::accumulate(stall.begin(), stall.end(), 0.0) / 1e3 / ck.seconds);
-  std::printf("  persisted: %zu checkpoints (%zu failed), %.2f s each, %.2f GB/s median (slowest shard + manifest)\n",
-              ck.checkpoints, ck.checkpoint_failures, median(persist_s), median(persist_gbps));
-  std::printf("  fio, the same bytes in %zu jobs, buffered + fsync: %.2f GB/s before, %.2f GB/s after -> ratio %.2f\n",
-              replicas, fio_before, fio_after, median(persist_gbps) / std::max(1e-9, (fio_before + fio_after) / 2));
+  std::printf("  persisted: %zu checkpoints (%zu failed); while training %.2f s each, %.2f GB/s median (slowest shard + "
+              "manifest); the final one, training stopped, %.2f GB/s\n",
+              ck.checkpoints, ck.checkpoint_failures, median(persist_s), median(persist_gbps), idle_gbps);
+  std::printf("  fio, the same bytes in %zu jobs, buffered + fsync: %.2f GB/s before, %.2f GB/s after -> ratio %.2f while "
+              "training, %.2f stopped\n",
+              replicas, fio_before, fio_after, median(persist_gbps) / fio, idle_gbps / fio);
   std::filesystem::remove_all(dir);
 }
 
