@@ -476,8 +476,8 @@ Summary FtDdp::run() {
     std::size_t replica = 0;
     int pid = 0;                       // its proc's
     Future<HealReport> done;           // the transfer, then each round of replay
-    std::optional<HealReport> report;  // of `done`, once taken
-    std::string failed;                // why `done` failed, once taken
+    bool taken = false;                // `done`'s result is in `at` (and `transfer`) or `failed`
+    std::string failed;                // why `done` failed
     bool replaying = false;            // the transfer is over
     HealReport transfer;               // once replaying
     std::size_t rounds = 0;            // of replay, begun
@@ -491,13 +491,14 @@ Summary FtDdp::run() {
   std::vector<Heal> heals;
   // Takes a finished transfer or round from its future; false while it runs.
   auto take_report = [](Heal& h) {
-    if (h.report || !h.failed.empty()) return true;
+    if (h.taken) return true;
     if (!h.done.ready()) return false;
+    h.taken = true;
     try {
-      h.report = h.done.get();
-      if (!h.replaying) h.transfer = *h.report;
+      auto report = h.done.get();
+      if (!h.replaying) h.transfer = report;
       h.replaying = true;
-      h.at = h.report->step;
+      h.at = report.step;
     } catch (const std::exception& e) {
       h.failed = e.what();
     }
@@ -520,7 +521,7 @@ Summary FtDdp::run() {
   // Step `step` is decided (every member reduced it): the last rounds that end with it begin.
   auto decided = [&](std::uint64_t step) {
     for (auto& h : heals) {
-      if (h.last || !take_report(h) || !h.failed.empty() || h.rounds == 0 || h.at > step) continue;
+      if (h.last || !take_report(h) || !h.failed.empty() || h.rounds == 0) continue;
       if (h.at == step || h.rounds >= kRounds) h.last = s.replicas.at(h.replica).call<&Replica::catch_up>(snap, step + 1);
     }
   };
@@ -558,7 +559,7 @@ Summary FtDdp::run() {
         } else if (it->at < sum.committed && it->rounds < kRounds) {  // while the others train on
           ++it->rounds;
           it->done = s.replicas.at(r).call<&Replica::catch_up>(snap, sum.committed);
-          it->report.reset();
+          it->taken = false;
           ++it;
           continue;
         } else if (it->at < sum.committed) {  // the last round, all of it while the others wait
@@ -641,7 +642,8 @@ Summary FtDdp::run() {
     checkpoints.poll();
     // Joins happen here, at the step boundary, before the quorum is formed.
     // (Only the first retry waits: heals are not held back by a step that keeps failing.)
-    heal_step(live_now(), attempts == 1 && live_now().size() >= std::max<std::size_t>(1, o.min_replicas));
+    auto before = live_now();
+    heal_step(before, attempts == 1 && before.size() >= std::max<std::size_t>(1, o.min_replicas));
     std::vector<std::size_t> members = live_now();
     deliver();
     if (members.size() < std::max<std::size_t>(1, o.min_replicas)) {

@@ -99,7 +99,7 @@ struct StepReply {
 struct Committed {
   std::uint64_t step = 0;    // steps committed by this replica, this one included
   std::uint64_t digest = 0;  // of its whole state after the commit
-  double ms = 0;             // the commit's own time: the optimizer step, and logging the sum
+  double ms = 0;             // the commit's own time: the optimizer step (after any copy of a live snapshot)
   SCEPTRE_FIELDS(step, digest, ms)
 };
 
