@@ -5,7 +5,8 @@
 //              (threads of this process, on loopback TCP), and beside Open MPI's MPI_Allreduce
 //              over TCP (bench/mpi_allreduce, ranks as processes under mpirun)
 //   faults     the same model and step time trained without failures and then with a SIGKILL of
-//              a random replica on a seeded schedule (on average every --fault-every steps):
+//              a random replica on a seeded schedule (on average every --fault-every steps, at a
+//              uniformly random time in the step, or within --kill-within ms of its start):
 //              time from each fault to the survivors' next commit, attempts and work lost per
 //              failure, step efficiency, healing bandwidth, and sample goodput (committed samples
 //              ÷ what the failure-free run commits in the same wall time)
@@ -20,7 +21,7 @@
 //              bandwidth (capture to manifest) beside fio writing the same bytes with as many
 //              jobs, buffered + fsync, in the same directory, before and after
 //
-//   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--hidden 512]
+//   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--kill-within 0] [--hidden 512]
 //            [--heal-hidden 9100] [--heal-kill-at 20] [--heal-steps 6] [--heal-trace]
 //            [--ckpt-hidden 2048] [--ckpt-every 10] [--ckpt-dir ft_bench.ckpt]
 #include <gloo/allreduce.h>
@@ -148,12 +149,14 @@ void allreduce_part(int iters) {
 }
 
 // SIGKILLs `pid` after `delay_ms` (mid-step: the next attempt is under way when it dies) and
-// records the time in `pending`, the kills not yet followed by a commit.
+// records the time in `pending`, the kills not yet followed by a commit; not once `*over` (the
+// run's last step is committed: its procs must be whole for the next run).
 void kill_soon(int pid, int delay_ms, std::shared_ptr<std::mutex> mu,
-               std::shared_ptr<std::vector<Clock::time_point>> pending) {
+               std::shared_ptr<std::vector<Clock::time_point>> pending, std::shared_ptr<bool> over = {}) {
   std::thread([=] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     std::lock_guard lock(*mu);
+    if (over && *over) return;
     ::kill(pid, SIGKILL);
     pending->push_back(Clock::now());
   }).detach();
@@ -177,9 +180,16 @@ std::string per_member(const train::StepRecord& r) {  // " r:compute/reduce" for
   return out;
 }
 
-Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every, std::uint64_t seed) {
+// From the start of a run to its last commit (a run with faults then waits for every replica).
+double committed_seconds(const train::Summary& s) { return s.steps.empty() ? s.seconds : s.steps.back().seconds; }
+
+// A fault after a commit, with probability 1/fault_every, lands 1 to `within_ms` ms into the next step.
+Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every, int within_ms, std::uint64_t seed) {
   Run run;
-  train::FtDdp ddp(procs, o);
+  auto with = o;
+  with.end_with_all_replicas = true;  // every replica killed is back for the next run
+  train::FtDdp ddp(procs, with);
+  auto over = std::make_shared<bool>(false);
   std::mt19937_64 rng(seed);
   std::bernoulli_distribution fault(fault_every > 0 ? 1.0 / fault_every : 0.0);
   // Kill times not yet followed by a commit (written by the killer threads).
@@ -194,6 +204,7 @@ Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every,
         run.marks.emplace_back(t, "kill");
       }
       pending->clear();
+      if (r.step + 1 >= o.steps) *over = true;
     }
     run.marks.emplace_back(now, "commit " + std::to_string(r.step) + ": " + std::to_string(r.members.size()) +
                                     " members, " + std::to_string(r.attempts) + " attempts, " + std::to_string(live) +
@@ -202,12 +213,13 @@ Run train_run(ProcMesh& procs, const train::TrainOptions& o, double fault_every,
       auto victim = r.members[rng() % r.members.size()];
       int pid = procs.pid(victim);
       if (pid > 0) {
-        kill_soon(pid, std::uniform_int_distribution<int>(1, 20)(rng), mu, pending);
-        ++run.kills;
+        kill_soon(pid, std::uniform_int_distribution<int>(1, std::max(1, within_ms))(rng), mu, pending, over);
       }
     }
   });
   run.summary = ddp.run();
+  std::lock_guard lock(*mu);
+  run.kills = run.recovery_ms.size() + pending->size();  // (those that fired)
   return run;
 }
 
@@ -222,7 +234,7 @@ struct Baseline {
   std::vector<double> recovery_ms, lost;      // per fault: to the next step, committed steps redone
 };
 
-Baseline baseline_run(std::size_t workers, const train::TrainOptions& o, double fault_every, std::uint64_t seed,
+Baseline baseline_run(std::size_t workers, const train::TrainOptions& o, double fault_every, int within_ms, std::uint64_t seed,
                       std::uint64_t ckpt_every, std::chrono::seconds cap) {
   Baseline b;
   char dir_template[] = "/tmp/sceptre-ft-baseline-XXXXXX";
@@ -286,7 +298,7 @@ Baseline baseline_run(std::size_t workers, const train::TrainOptions& o, double 
         pids.clear();  // the launcher restarts them all
         std::lock_guard lock(*mu);
         before_kill = step;
-        kill_soon(pid, std::uniform_int_distribution<int>(1, 20)(rng), mu, pending);
+        kill_soon(pid, std::uniform_int_distribution<int>(1, std::max(1, within_ms))(rng), mu, pending);
         ++b.kills;
       }
     } else if (word == "END") {
@@ -303,12 +315,12 @@ Baseline baseline_run(std::size_t workers, const train::TrainOptions& o, double 
   return b;
 }
 
-void baseline_part(std::size_t workers, const train::TrainOptions& o, double fault_every, std::uint64_t seed,
+void baseline_part(std::size_t workers, const train::TrainOptions& o, double fault_every, int within_ms, std::uint64_t seed,
                    std::uint64_t ckpt_every, std::chrono::seconds cap) {
   std::printf("  torchrun-style baseline (torch.distributed.elastic launcher, DDP over Gloo, torch.save every %llu "
               "steps, monitor interval 5 s):\n",
               static_cast<unsigned long long>(ckpt_every));
-  auto clean = baseline_run(workers, o, 0, seed, ckpt_every, cap);
+  auto clean = baseline_run(workers, o, 0, within_ms, seed, ckpt_every, cap);
   if (!clean.ok) {
     std::printf("    failure-free run failed: %s\n", clean.why.c_str());
     return;
@@ -316,7 +328,7 @@ void baseline_part(std::size_t workers, const train::TrainOptions& o, double fau
   double rate = double(clean.committed) * o.batch * workers / clean.seconds;
   std::printf("    failure-free: %llu steps in %.2f s from launch, %.0f samples/s\n",
               static_cast<unsigned long long>(clean.committed), clean.seconds, rate);
-  auto f = baseline_run(workers, o, fault_every, seed, ckpt_every, cap);
+  auto f = baseline_run(workers, o, fault_every, within_ms, seed, ckpt_every, cap);
   auto [p50, p99] = bench::percentiles(f.recovery_ms);
   std::printf("    with faults: %zu kills, %zu restarts of all %zu workers, %llu of %llu steps in %.2f s%s%s\n", f.kills,
               f.restarts, workers, static_cast<unsigned long long>(f.committed),
@@ -330,7 +342,7 @@ void baseline_part(std::size_t workers, const train::TrainOptions& o, double fau
               100.0 * f.committed * o.batch * workers / (rate * std::max(1e-9, f.seconds)), rate);
 }
 
-void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every, std::uint64_t seed,
+void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every, int within_ms, std::uint64_t seed,
                  std::uint64_t baseline_ckpt_every, std::chrono::seconds baseline_cap, const std::string& events_out) {
   auto procs = this_host().spawn_procs({{"replicas", replicas}}, "bench");
   std::printf("\nfaults: %zu replicas, %llu steps, batch %llu, MLP hidden %lld (%zu parameters)\n", replicas,
@@ -341,15 +353,16 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
   std::vector<double> step_ms;
   double rate = 0;
   auto clean_run = [&](const char* when) {
-    Run clean = train_run(procs, o, 0, seed);
+    Run clean = train_run(procs, o, 0, 0, seed);
     auto& c = clean.summary;
     for (std::size_t i = 1; i < c.steps.size(); ++i) step_ms.push_back(1e3 * (c.steps[i].seconds - c.steps[i - 1].seconds));
-    rate += c.samples / c.seconds / 2;
+    rate += c.samples / committed_seconds(c) / 2;
     std::printf("  failure-free, %s: %llu steps in %.2f s, %.0f samples/s\n", when,
                 static_cast<unsigned long long>(c.committed), c.seconds, c.samples / c.seconds);
   };
   clean_run("before");
-  Run f = train_run(procs, o, fault_every, seed);
+  if (within_ms <= 0) within_ms = std::max(1, static_cast<int>(median(step_ms)));  // anywhere in a step
+  Run f = train_run(procs, o, fault_every, within_ms, seed);
   clean_run("after");
   std::printf("  failure-free: step %.1f ms (median of both runs), %.0f samples/s (mean)\n", median(step_ms), rate);
   auto& s = f.summary;
@@ -373,22 +386,25 @@ void faults_part(std::size_t replicas, train::TrainOptions o, double fault_every
     if (e.kind == train::Event::Kind::kJoined) bytes += e.bytes, secs += e.seconds;
   auto [p50, p99] = bench::percentiles(f.recovery_ms);
   std::size_t failures = std::max<std::size_t>(1, s.failures);
-  std::printf("  with faults (a SIGKILL every %.1f steps on average): %zu kills, %zu failures, %zu heals in %.2f s\n",
-              fault_every, f.kills, s.failures, s.heals, s.seconds);
+  std::printf("  with faults (a SIGKILL every %.1f steps on average, 1-%d ms into a step): %zu kills, %zu failures, %zu "
+              "heals in %.2f s\n",
+              fault_every, within_ms, f.kills, s.failures, s.heals, s.seconds);
   std::printf("    fault -> next committed step: p50 %.1f ms, p99 %.1f ms (step %.1f ms)\n", p50, p99, median(step_ms));
-  std::printf("    attempts: %llu for %llu committed steps (%.2f discarded per failure; committed steps lost: 0)\n",
+  std::printf("    attempts: %llu for %llu committed steps (%.2f lost per failure); %zu "
+              "quorums re-formed during a step\n",
               static_cast<unsigned long long>(s.attempted), static_cast<unsigned long long>(s.committed),
-              double(s.attempted - s.committed) / failures);
+              double(s.attempted - s.committed) / failures, s.regroups);
   std::printf("    step efficiency (replica-steps committed / computed): %.1f%%  (committed / attempted steps: %.1f%%)\n",
               100.0 * s.gradients_committed / std::max<std::uint64_t>(1, s.gradients_computed),
               100.0 * s.committed / std::max<std::uint64_t>(1, s.attempted));
   std::printf("    sample goodput: %.1f%% (%llu samples in %.2f s; failure-free rate %.0f/s)\n",
-              100.0 * s.samples / (rate * s.seconds), static_cast<unsigned long long>(s.samples), s.seconds, rate);
+              100.0 * s.samples / (rate * committed_seconds(s)), static_cast<unsigned long long>(s.samples),
+              committed_seconds(s), rate);
   std::printf("    healing: %.1f MB fetched in %.3f s (%.2f GB/s)\n", bytes / 1e6, secs, secs > 0 ? bytes / secs / 1e9 : 0);
   std::uint64_t d0 = s.digests.empty() ? 0 : s.digests.begin()->second;
   bool same = std::all_of(s.digests.begin(), s.digests.end(), [&](auto& d) { return d.second == d0; });
   std::printf("    %zu live replicas at the end, %s\n", s.digests.size(), same ? "bitwise identical" : "DIFFERENT");
-  if (baseline_cap.count() > 0) baseline_part(replicas, o, fault_every, seed, baseline_ckpt_every, baseline_cap);
+  if (baseline_cap.count() > 0) baseline_part(replicas, o, fault_every, within_ms, seed, baseline_ckpt_every, baseline_cap);
 }
 
 // One replica SIGKILLed at the first step boundary `kill_at` into the run (0: none), once the
@@ -616,6 +632,7 @@ int main(int argc, char** argv) {
   o.model.hidden = 512;
   o.end_with_all_replicas = true;
   double fault_every = 5.5;
+  int kill_within = 0;
   std::uint64_t seed = 6;
   int iters = 21;
   std::int64_t ckpt_hidden = 2048;
@@ -643,13 +660,15 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch);
   app.add_option("--hidden", o.model.hidden);
   app.add_option("--fault-every", fault_every, "mean steps between faults");
+  app.add_option("--kill-within", kill_within,
+                 "a fault lands 1 to this many ms into a step (0: the failure-free run's median step; 20 before 2026-12-07)");
   app.add_option("--seed", seed);
   std::string events_out;
   app.add_option("--events-out", events_out, "file for the events of the faults part's run with faults");
   app.add_option("--iters", iters, "allreduce repetitions");
   CLI11_PARSE(app, argc, argv);
   if (parts.find("allreduce") != std::string::npos) allreduce_part(iters);
-  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, seed, baseline_ckpt_every, std::chrono::seconds(baseline_cap), events_out);
+  if (parts.find("faults") != std::string::npos) faults_part(replicas, o, fault_every, kill_within, seed, baseline_ckpt_every, std::chrono::seconds(baseline_cap), events_out);
   if (parts.find("heal") != std::string::npos) {
     auto h = o;
     h.model.hidden = heal_hidden;

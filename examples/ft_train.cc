@@ -54,6 +54,7 @@ const char* kind_name(train::Event::Kind k) {
     case train::Event::Kind::kCheckpointFailed: return "checkpoint failed";
     case train::Event::Kind::kCheckpointSkipped: return "checkpoint skipped";
     case train::Event::Kind::kRestored: return "restored";
+    case train::Event::Kind::kRegrouped: return "regrouped";
   }
   return "?";
 }
@@ -184,8 +185,10 @@ int main(int argc, char** argv) {
               100.0 * committed / std::max<std::uint64_t>(1, s.attempted), s.failures, s.heals,
               static_cast<unsigned long long>(s.samples), s.seconds, s.samples / std::max(1e-9, s.seconds));
   std::printf("         models on %s, gradients summed with %s\n", s.device.c_str(), s.collective.c_str());
-  std::printf("         steps lost: %llu (attempts discarded); final loss %.4f; %zu live replicas %s (digest %016llx)\n",
-              static_cast<unsigned long long>(s.attempted - committed), s.steps.empty() ? 0.f : s.steps.back().loss,
+  std::printf("         attempts lost: %llu; quorums re-formed during a step: %zu\n",
+              static_cast<unsigned long long>(s.attempted - committed), s.regroups);
+  std::printf("         final loss %.4f; %zu live replicas %s (digest %016llx)\n",
+              s.steps.empty() ? 0.f : s.steps.back().loss,
               s.digests.size(), identical ? "bitwise identical" : "DIFFER", static_cast<unsigned long long>(first_digest));
 
   if (!o.checkpoint.dir.empty()) {

@@ -65,10 +65,55 @@ struct FtDdp::State {
   std::vector<Event> events;  // not yet delivered to on_event
   bool stopping = false;
   bool cancelled = false;
-  // The step attempt in flight: its quorum and members (none between attempts).
+  std::uint64_t quorums = 0;  // ids given out: a new quorum takes the next
+  // The step attempt in flight: its quorum and members (none between attempts, and once its
+  // outcome is decided).
   std::uint64_t flight_quorum = 0;
   std::vector<std::size_t> flight_members;
   std::thread respawner;
+
+  std::uint64_t new_quorum() {
+    std::lock_guard lock(mu);
+    return ++quorums;
+  }
+
+  // Member `r` of the attempt in flight is lost. If enough members are left, the attempt goes
+  // on without it under a new quorum of the others, who keep their gradients and only sum them
+  // again (a loss during the computation costs them nothing); else the others' quorum is only
+  // aborted, and the step is discarded and retried. Either way they stop waiting for `r` now,
+  // not at their collectives' deadline. Called both by supervision and by the controller when
+  // a call to `r` fails, whichever learns of it first; once for each member.
+  void drop_from_flight(std::size_t r, const std::string& why) {
+    std::vector<std::pair<std::size_t, std::optional<Regroup>>> notices;
+    std::uint64_t from = 0;
+    {
+      std::lock_guard lock(mu);
+      auto& in = flight_members;
+      if (std::find(in.begin(), in.end(), r) == in.end()) return;
+      from = flight_quorum;
+      std::vector<std::size_t> rest;
+      for (auto m : in)
+        if (m != r && status[m] == Status::kLive) rest.push_back(m);
+      if (rest.size() >= std::max<std::size_t>(1, options.min_replicas)) {
+        flight_quorum = ++quorums;
+        flight_members = rest;
+        for (std::size_t i = 0; i < rest.size(); ++i) notices.emplace_back(rest[i], Regroup{flight_quorum, i, rest.size()});
+        events.push_back(Event{Event::Kind::kRegrouped, 0, r,
+                               "replica " + std::to_string(r) + " lost during the step: " + std::to_string(rest.size()) +
+                                   " members go on under quorum " + std::to_string(flight_quorum),
+                               Clock::now()});
+      } else {
+        for (auto m : in)
+          if (m != r) notices.emplace_back(m, std::nullopt);
+      }
+    }
+    for (auto& [m, next] : notices) {
+      try {
+        aborts.at(m).send<&CollectiveAbort::abort>(from, why, next);
+      } catch (const std::exception&) {  // (that one is gone too: supervision reports it)
+      }
+    }
+  }
 
   void event(Event::Kind kind, std::uint64_t step, std::size_t replica, std::string what, std::uint64_t bytes = 0,
              double seconds = 0, double stall_ms = 0) {
@@ -151,28 +196,14 @@ FtDdp::FtDdp(ProcMesh procs, TrainOptions options) : state_(std::make_shared<Sta
   s.procs.on_failure([weak](const MeshFailure& f) {
     auto st = weak.lock();
     if (!st) return Supervise::kHandled;
-    std::vector<std::size_t> peers;  // of the failed one in the attempt in flight
-    std::uint64_t quorum = 0;
     {
       std::lock_guard lock(st->mu);
       st->status[f.rank] = Status::kDead;
       st->events.push_back(Event{Event::Kind::kFailed, 0, f.rank, f.summary(), f.when});
       if (st->options.respawn) st->to_respawn.push_back(f.rank);
-      auto& in = st->flight_members;
-      if (std::find(in.begin(), in.end(), f.rank) != in.end()) {
-        quorum = st->flight_quorum;
-        for (auto r : in)
-          if (r != f.rank) peers.push_back(r);
-      }
     }
     st->cv.notify_all();
-    // Its peers stop waiting for it now, not at their collectives' deadline.
-    for (auto r : peers) {
-      try {
-        st->aborts.at(r).send<&CollectiveAbort::abort>(quorum, "replica " + std::to_string(f.rank) + " failed");
-      } catch (const std::exception&) {  // (that one is gone too: supervision reports it)
-      }
-    }
+    st->drop_from_flight(f.rank, "replica " + std::to_string(f.rank) + " failed");
     return Supervise::kHandled;
   });
   check_choice("device", s.options.device, {"auto", "cpu", "cuda"});
@@ -434,7 +465,7 @@ Summary FtDdp::run() {
       out.swap(s.events);
     }
     for (auto& e : out) {
-      if (e.kind == Event::Kind::kFailed && e.step == 0) e.step = sum.committed;
+      if ((e.kind == Event::Kind::kFailed || e.kind == Event::Kind::kRegrouped) && e.step == 0) e.step = sum.committed;
       if (e.kind == Event::Kind::kFailed) ++sum.failures;
       if (s.on_event) s.on_event(e);
       sum.events.push_back(std::move(e));
@@ -633,7 +664,9 @@ Summary FtDdp::run() {
   std::uint64_t quorum = 0;
   std::vector<std::size_t> last_members;
   bool paused = false, broken = false;
-  std::size_t attempts = 0;
+  // Of the step being tried: rounds of step calls (the first retry of a discarded step takes no
+  // snapshot for a heal), attempts as StepRecord counts them, and quorums re-formed.
+  std::size_t tries = 0, step_attempts = 0, step_regroups = 0;
   while (sum.committed < o.steps) {
     {
       std::lock_guard lock(s.mu);
@@ -643,7 +676,7 @@ Summary FtDdp::run() {
     // Joins happen here, at the step boundary, before the quorum is formed.
     // (Only the first retry waits: heals are not held back by a step that keeps failing.)
     auto before = live_now();
-    heal_step(before, attempts == 1 && before.size() >= std::max<std::size_t>(1, o.min_replicas));
+    heal_step(before, tries == 1 && before.size() >= std::max<std::size_t>(1, o.min_replicas));
     std::vector<std::size_t> members = live_now();
     deliver();
     if (members.size() < std::max<std::size_t>(1, o.min_replicas)) {
@@ -666,7 +699,7 @@ Summary FtDdp::run() {
     }
     if (members != last_members || broken) {
       if (quorum > 0) s.store.send<&StoreActor::erase_prefix>("quorum-" + std::to_string(quorum) + "/");
-      ++quorum;
+      quorum = s.new_quorum();
       last_members = members;
       broken = false;
     }
@@ -681,59 +714,165 @@ Summary FtDdp::run() {
     for (auto m : members)
       if (!assigned.count(m)) assigned[m] = take();
 
+    // The attempt. A member lost meanwhile is dropped from it (State::drop_from_flight): the
+    // others go on under a new quorum, and one whose answer came under a quorum re-formed since
+    // is asked again under the new one (its gradient is reused). The step commits once every
+    // member of the attempt's quorum, as it is then, has reduced under it; a member that fails
+    // in another way discards the attempt, and the step is retried at the next boundary.
+    struct Call {
+      std::size_t replica = 0;
+      int pid = 0;
+      Future<StepReply> reply;
+      Clock::time_point asked;
+      bool open = false, lost = false;
+      std::optional<StepReply> got;
+    };
+    std::map<std::size_t, Call> calls;
+    auto ask = [&](Call& c, std::uint64_t q, std::size_t rank, std::size_t size) {
+      c.reply = s.replicas.at(c.replica).call<&Replica::step>(
+          StepPlan{sum.committed, q, rank, size, assigned[c.replica], o.batch});
+      c.asked = Clock::now();
+      c.open = true;
+      c.got.reset();
+    };
     {
       std::lock_guard lock(s.mu);
       s.flight_quorum = quorum;
       s.flight_members = members;
     }
-    std::vector<Future<StepReply>> replies;
-    std::vector<int> pids;
     for (std::size_t i = 0; i < members.size(); ++i) {
-      pids.push_back(s.pid_of(members[i]));
-      replies.push_back(s.replicas.at(members[i]).call<&Replica::step>(
-          StepPlan{sum.committed, quorum, i, members.size(), assigned[members[i]], o.batch}));
+      auto& c = calls[members[i]];
+      c.replica = members[i];
+      c.pid = s.pid_of(members[i]);
+      ask(c, quorum, i, members.size());
     }
-    ++sum.attempted;
-    ++attempts;
-    bool all_ok = true;
-    float loss = 0;
-    std::vector<double> compute_ms(members.size()), reduce_ms(members.size());
+    ++tries;
+    std::set<std::uint64_t> redone;  // quorums of this attempt whose reduction was begun and given up
+    std::uint64_t fq = quorum;       // the attempt's quorum and members, as they are now
+    std::vector<std::size_t> fm = members;
+    std::vector<std::uint64_t> chain{quorum};
     std::string why;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      try {
-        auto r = replies[i].get(o.step_timeout);
-        compute_ms[i] = r.compute_ms;
-        reduce_ms[i] = r.reduce_ms;
-        if (!r.reused) ++sum.gradients_computed;
-        if (r.ok) {
-          sum.device = r.device;
-          sum.collective = r.collective;
+    auto failed = [&](std::size_t r, const std::string& what) {
+      why += (why.empty() ? "replica " : "; replica ") + std::to_string(r) + what;
+    };
+    bool decided_ok = false, done = false;
+    while (!done) {
+      // The answers that are in.
+      for (auto& [r, c] : calls) {
+        if (!c.open) continue;
+        const bool late = Clock::now() - c.asked >= o.step_timeout;
+        if (!c.reply.ready() && !late) continue;
+        c.open = false;
+        try {
+          auto got = c.reply.get(std::chrono::milliseconds(0));  // (late and not in: TimeoutError)
+          if (!got.reused) ++sum.gradients_computed;
+          for (auto q : got.abandoned) redone.insert(q);
+          c.got = std::move(got);
+        } catch (const std::exception& e) {
+          c.lost = true;
+          ++sum.gradients_computed;  // (or begun): lost with it
+          s.lost(r, c.pid);
+          s.drop_from_flight(r, "replica " + std::to_string(r) + " lost: " + e.what());
+          failed(r, std::string(" lost: ") + e.what());
         }
-        loss += r.loss;
-        if (!r.ok) {
-          all_ok = false;
-          if (r.at_step != sum.committed) {  // not holding the committed state: heal it again
-            std::lock_guard lock(s.mu);
-            if (s.status[members[i]] == Status::kLive) s.status[members[i]] = Status::kFresh;
+      }
+      // The attempt as it is now: decided once complete or failed, and then not re-formed.
+      bool complete = true, broke = false;
+      {
+        std::lock_guard lock(s.mu);
+        if (s.flight_quorum != fq) chain.push_back(s.flight_quorum);
+        fq = s.flight_quorum;
+        fm = s.flight_members;
+        for (auto m : fm) {
+          auto& c = calls[m];
+          if (c.open) {
+            complete = false;
+          } else if (c.lost || (c.got && !c.got->ok && c.got->quorum == fq)) {
+            broke = true;
+            complete = false;
+          } else if (!c.got || !c.got->ok || c.got->quorum != fq) {
+            complete = false;
           }
-          why += (why.empty() ? "replica " : "; replica ") + std::to_string(members[i]) + ": " + r.error;
         }
-      } catch (const std::exception& e) {
-        all_ok = false;
-        why += (why.empty() ? "replica " : "; replica ") + std::to_string(members[i]) + " lost: " + e.what();
-        ++sum.gradients_computed;  // (or begun): lost with it
-        s.lost(members[i], pids[i]);
+        if (complete || broke) s.flight_members.clear();
+      }
+      if (chain.size() > 1 && !complete && !broke) deliver();  // (kRegrouped)
+      if (complete) {
+        decided_ok = true;
+        break;
+      }
+      if (broke) {
+        for (auto m : fm) {
+          auto& c = calls[m];
+          if (c.got && !c.got->ok) {
+            if (c.got->at_step != sum.committed) {  // not holding the committed state: heal it again
+              std::lock_guard lock(s.mu);
+              if (s.status[m] == Status::kLive) s.status[m] = Status::kFresh;
+            }
+            failed(m, ": " + c.got->error);
+          }
+          // The others stop waiting for it at once.
+          if (c.open) s.aborts.at(m).send<&CollectiveAbort::abort>(fq, "step " + std::to_string(sum.committed) + " discarded", std::nullopt);
+        }
+        break;
+      }
+      // Members whose answer came under a quorum re-formed since: asked again under the new one.
+      for (std::size_t i = 0; i < fm.size(); ++i) {
+        auto& c = calls[fm[i]];
+        if (c.open || !c.got || c.got->quorum == fq) continue;
+        if (c.got->ok) redone.insert(c.got->quorum);
+        ask(c, fq, i, fm.size());
+      }
+      for (auto& [r, c] : calls) {
+        if (!c.open) continue;
+        c.reply.wait_for(std::chrono::milliseconds(2));
+        break;
       }
     }
-    {
-      std::lock_guard lock(s.mu);
-      s.flight_members.clear();
-    }
-    if (!all_ok) {
+    for (std::size_t i = 0; i + 1 < chain.size(); ++i)
+      s.store.send<&StoreActor::erase_prefix>("quorum-" + std::to_string(chain[i]) + "/");
+    quorum = fq;
+    if (!decided_ok) {
+      // What is still under way ends at once now (aborted) or at its deadline.
+      for (auto& [r, c] : calls) {
+        if (!c.open) continue;
+        try {
+          auto got = c.reply.get(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                              c.asked + o.step_timeout - Clock::now())));
+          if (!got.reused) ++sum.gradients_computed;
+        } catch (const std::exception& e) {
+          ++sum.gradients_computed;
+          s.lost(r, c.pid);
+        }
+      }
+      step_attempts += 1 + redone.size();
+      sum.attempted += 1 + redone.size();
       broken = true;
       s.event(Event::Kind::kRetried, sum.committed, 0, "step " + std::to_string(sum.committed) + " discarded: " + why);
       deliver();
       continue;
+    }
+    step_attempts += 1 + redone.size();
+    sum.attempted += 1 + redone.size();
+    step_regroups += chain.size() - 1;
+    sum.regroups += chain.size() - 1;
+    members = fm;
+    last_members = fm;
+    for (auto& [r, c] : calls)  // a member dropped whose call is still open: its gradient is lost with it
+      if (c.open && std::find(members.begin(), members.end(), r) == members.end()) ++sum.gradients_computed;
+    for (auto it = assigned.begin(); it != assigned.end(); ++it)  // the blocks of members dropped from it
+      if (std::find(members.begin(), members.end(), it->first) == members.end()) returned.push_front(it->second);
+    float loss = 0;
+    std::vector<double> compute_ms, reduce_ms;
+    std::vector<int> pids;
+    for (auto m : members) {
+      const auto& r = *calls[m].got;
+      loss += r.loss;
+      compute_ms.push_back(r.compute_ms);
+      reduce_ms.push_back(r.reduce_ms);
+      pids.push_back(calls[m].pid);
+      sum.device = r.device;
+      sum.collective = r.collective;
     }
     std::vector<Future<Committed>> commits;
     for (auto m : members) commits.push_back(s.replicas.at(m).call<&Replica::commit>(sum.committed));
@@ -753,11 +892,12 @@ Summary FtDdp::run() {
     rec.count = o.batch;
     rec.loss = loss / static_cast<float>(members.size());
     rec.seconds = since();
-    rec.attempts = attempts;
+    rec.attempts = step_attempts;
+    rec.regroups = step_regroups;
     rec.compute_ms = std::move(compute_ms);
     rec.reduce_ms = std::move(reduce_ms);
     rec.commit_ms = std::move(commit_ms);
-    attempts = 0;
+    tries = step_attempts = step_regroups = 0;
     assigned.clear();
     ++sum.committed;
     sum.samples += o.batch * members.size();

@@ -108,7 +108,8 @@ class Collectives {
     e.comm = std::move(comm);
     return quorum > e.aborted;
   }
-  void abort(const std::string& job, std::uint64_t quorum, const std::string& why) {
+  // Aborts `quorum` (and every earlier one); `next`, when given, is where its members go on.
+  void abort(const std::string& job, std::uint64_t quorum, const std::string& why, std::optional<Regroup> next) {
     std::shared_ptr<collective::Communicator> comm;
     {
       std::lock_guard lock(mu_);
@@ -117,9 +118,22 @@ class Collectives {
         e.aborted = quorum;
         e.why = why;
       }
+      if (next) {
+        e.next[quorum] = *next;
+        while (e.next.size() > 16) e.next.erase(e.next.begin());  // (a step's are read as it runs)
+      }
       if (e.quorum == quorum) comm = e.comm;
     }
     if (comm) comm->abort(why);
+  }
+  // Where the members of aborted `quorum` go on, if the controller re-formed it.
+  std::optional<Regroup> successor(const std::string& job, std::uint64_t quorum) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return std::nullopt;
+    auto n = it->second.next.find(quorum);
+    if (n == it->second.next.end()) return std::nullopt;
+    return n->second;
   }
   // Why `quorum` of this job was aborted; nothing if it was not (its rendezvous asks, as it waits).
   std::optional<std::string> aborted(const std::string& job, std::uint64_t quorum) {
@@ -138,6 +152,7 @@ class Collectives {
     std::uint64_t quorum = 0, aborted = 0;
     std::string why;  // of the last abort
     std::shared_ptr<collective::Communicator> comm;
+    std::map<std::uint64_t, Regroup> next;  // re-formed quorums: the successor of each
   };
   std::mutex mu_;
   std::map<std::string, Entry> jobs_;
@@ -383,7 +398,14 @@ struct Replica::Impl {
                            : collective::connect_gloo(*rendezvous, rank, size, o));
     }).detach();
   }
+  // The communicator of the plan's quorum, once made; an error, before any sum begins, if the
+  // controller has aborted that quorum.
   Status connect(const StepPlan& plan) {
+    auto gone = [&] {
+      auto why = Collectives::of_this_proc().aborted(job, plan.quorum);
+      return Error(Code::kAborted, "quorum " + std::to_string(plan.quorum) + " was aborted: " + why.value_or("?"));
+    };
+    if (Collectives::of_this_proc().aborted(job, plan.quorum)) return gone();
     begin_connect(plan);
     if (comm && comm_quorum == plan.quorum) return ok_status();
     Connecting c = std::move(*connecting);
@@ -399,6 +421,7 @@ struct Replica::Impl {
     comm_quorum = c.quorum;
     if (!Collectives::of_this_proc().set(job, c.quorum, comm)) {
       comm->abort("quorum " + std::to_string(c.quorum) + " was aborted by the controller");
+      return gone();
     }
     return ok_status();
   }
@@ -497,6 +520,7 @@ StepReply Replica::step(StepPlan plan) {
   auto& m = *impl_;
   StepReply reply;
   reply.at_step = m.core.step();
+  reply.quorum = plan.quorum;
   if (plan.step != m.core.step()) {
     reply.error = "replica is at step " + std::to_string(m.core.step()) + ", asked for step " + std::to_string(plan.step);
     return reply;
@@ -520,20 +544,38 @@ StepReply Replica::step(StepPlan plan) {
   p.reduced = false;
   p.size = plan.size;
 
+  // The sum, under the plan's quorum or, when the controller re-forms it without a member it
+  // lost (CollectiveAbort::abort with a successor), under each successor in turn: the gradient
+  // is kept, and only the sum is made again.
   auto t1 = Clock::now();
-  if (auto c = m.connect(plan); !c.ok()) {
-    reply.error = c.error().to_string();
-    return reply;
+  StepPlan at = plan;
+  for (;;) {
+    Status r = m.connect(at);
+    const bool began = r.ok();
+    if (began) {
+      reply.collective = std::string(m.comm->backend());
+      r = m.allreduce();
+      if (!r.ok()) {
+        m.comm->abort(r.error().message());  // the peers still waiting on us fail at once
+        m.drop_comm();
+      }
+    }
+    if (r.ok()) break;
+    auto next = Collectives::of_this_proc().successor(m.job, at.quorum);
+    if (!next) {
+      reply.reduce_ms = ms_since(t1);
+      reply.quorum = at.quorum;
+      reply.error = r.error().to_string();
+      return reply;
+    }
+    if (began) reply.abandoned.push_back(at.quorum);
+    at.quorum = next->quorum;
+    at.rank = next->rank;
+    at.size = next->size;
   }
-  reply.collective = std::string(m.comm->backend());
-  auto r = m.allreduce();
   reply.reduce_ms = ms_since(t1);
-  if (!r.ok()) {
-    m.comm->abort(r.error().message());  // the peers still waiting on us fail at once
-    m.drop_comm();
-    reply.error = r.error().to_string();
-    return reply;
-  }
+  reply.quorum = at.quorum;
+  p.size = at.size;
   p.reduced = true;
   // While a peer heals from this replica, the sum goes into the log as soon as it is reduced,
   // under the step its commit reaches: the healer's last round of replay fetches it while this
@@ -727,6 +769,8 @@ Restored Replica::restore(std::string dir, Manifest manifest) {
 // --- aborting a collective from the controller -----------------------------------------------------
 CollectiveAbort::CollectiveAbort(ActorRef<StoreActor> store) : job_(store.id().to_string()) {}
 
-void CollectiveAbort::abort(std::uint64_t quorum, std::string why) { Collectives::of_this_proc().abort(job_, quorum, why); }
+void CollectiveAbort::abort(std::uint64_t quorum, std::string why, std::optional<Regroup> next) {
+  Collectives::of_this_proc().abort(job_, quorum, why, next);
+}
 
 }  // namespace sceptre::train

@@ -74,10 +74,11 @@ TEST(FtDdp, WithDropoutAKilledReplicaHealsAndEveryReplicaEqualsTheReplay) {
   expect_oracle(o, s, 3);
 }
 
-// Deaths in a quorum cost the survivors no timeout: the retry after a kill forms a new quorum,
-// one of whose members is frozen before it can take part. The others wait for it in the new
-// quorum's rendezvous and then Gloo; when its heartbeat stops and it is killed, the controller
-// aborts both for them. Every timeout of a collective or rendezvous here is 60 s.
+// Deaths in a quorum cost the survivors no timeout: after a kill the others go on under a new
+// quorum (re-formed during the step, or its retry's), one of whose members is frozen before it
+// can take part. The others wait for it in the new quorum's rendezvous and then Gloo; when its
+// heartbeat stops and it is killed, the controller aborts both for them. Every timeout of a
+// collective or rendezvous here is 60 s.
 TEST(FtDdp, AMemberLostInANewQuorumsRendezvousCostsNoTimeout) {
   auto procs = this_host().spawn_procs({{"replicas", 4}}, "rendezvous");
   auto o = small(30);
@@ -90,13 +91,14 @@ TEST(FtDdp, AMemberLostInANewQuorumsRendezvousCostsNoTimeout) {
     if (r.step == 8) ::kill(pid_of(procs, 1), SIGKILL);
   });
   ddp.on_event([&](const Event& e) {
-    if (e.kind == Event::Kind::kRetried && frozen_at == std::chrono::steady_clock::time_point{}) {
+    if ((e.kind == Event::Kind::kRetried || e.kind == Event::Kind::kRegrouped) &&
+        frozen_at == std::chrono::steady_clock::time_point{}) {
       ::kill(pid_of(procs, 3), SIGSTOP);  // a member of the next quorum, still live to the controller
       frozen_at = std::chrono::steady_clock::now();
     }
   });
   Summary s = ddp.run();
-  ASSERT_NE(frozen_at, std::chrono::steady_clock::time_point{}) << "no step was retried";
+  ASSERT_NE(frozen_at, std::chrono::steady_clock::time_point{}) << "no step was retried or re-formed";
   // The first step committed after the kill: the survivors 0 and 2 (and maybe 1's replacement).
   ASSERT_GT(s.steps.size(), 9u);
   const StepRecord* next = &s.steps[9];
@@ -105,6 +107,55 @@ TEST(FtDdp, AMemberLostInANewQuorumsRendezvousCostsNoTimeout) {
   // The run's t0 is a little before the first step; `seconds` counts from it.
   auto committed_at = std::chrono::duration<double>(next->seconds - s.steps[8].seconds);
   EXPECT_LT(committed_at, 20s) << "the survivors waited out a timeout";
+  expect_oracle(o, s, 2);
+}
+
+// A member lost while the others compute costs them nothing: the controller re-forms the
+// step's quorum without it, and they reduce the gradients they computed under the new one. The
+// step commits at its first attempt with no gradient computed twice, and the lost member's
+// samples go to the next step. (The kill lands a quarter of the way into the computation, as
+// long as the step before took.)
+TEST(FtDdp, AMemberKilledDuringTheComputationLeavesItsStepToTheOthers) {
+  auto procs = this_host().spawn_procs({{"replicas", 3}}, "regroup");
+  auto o = small(8);
+  o.model.hidden = 512;  // steps of ~0.3 s here
+  o.batch = 256;
+  o.respawn = false;
+  o.end_with_all_replicas = false;
+  FtDdp ddp(procs, o);
+  std::thread killer;
+  double delay_ms = 0;
+  ddp.on_step([&](const StepRecord& r, std::size_t) {
+    if (r.step != 3) return;
+    delay_ms = *std::min_element(r.compute_ms.begin(), r.compute_ms.end()) / 4;
+    killer = std::thread([&, pid = pid_of(procs, 1)] {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+      ::kill(pid, SIGKILL);
+    });
+  });
+  Summary s = ddp.run();
+  if (killer.joinable()) killer.join();
+  ASSERT_EQ(s.steps.size(), o.steps);
+  const StepRecord& lost = s.steps[4];
+  EXPECT_EQ(lost.members, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(lost.attempts, 1u) << "the kill, " << delay_ms << " ms into the step, cost an attempt";
+  EXPECT_EQ(lost.regroups, 1u);
+  for (double ms : lost.compute_ms) EXPECT_GT(ms, delay_ms) << "a survivor's gradient was not computed in this attempt";
+  EXPECT_EQ(s.attempted, o.steps);
+  EXPECT_EQ(s.regroups, 1u);
+  EXPECT_EQ(s.gradients_computed, s.gradients_committed + 1) << "only the lost member's gradient is lost";
+  bool regrouped = false;
+  for (auto& e : s.events) {
+    EXPECT_NE(e.kind, Event::Kind::kRetried) << e.what;
+    regrouped |= e.kind == Event::Kind::kRegrouped && e.replica == 1 && e.step == 4;
+  }
+  EXPECT_TRUE(regrouped);
+  // Every block handed out is committed once, the lost member's by the step after.
+  std::set<std::uint64_t> blocks;
+  for (auto& r : s.steps) blocks.insert(r.first.begin(), r.first.end());
+  ASSERT_FALSE(blocks.empty());
+  EXPECT_EQ(*blocks.rbegin(), (blocks.size() - 1) * o.batch) << "a sample block was skipped";
+  EXPECT_EQ(s.steps[5].first.front(), s.steps[3].first.back() + 2 * o.batch) << "the lost block is not trained next";
   expect_oracle(o, s, 2);
 }
 

@@ -10,9 +10,13 @@
 // controller gives each member a block of samples (it alone owns the mapping from steps to
 // samples), each member computes its gradient, and the quorum's Communicator sums them. The step
 // commits only if every member reduced; then each applies the average and the step is done
-// everywhere. If a member fails, the step is discarded everywhere, its samples go back to the
-// front of the queue, and the survivors retry it under a new quorum with the gradients they have
-// already computed (only the reduction is redone). Committed steps are never rolled back.
+// everywhere. If a member is lost during the step (it dies, or its heartbeat stops), the step
+// goes on without it: the controller re-forms the quorum of the others at once, they keep the
+// gradients they computed and reduce under the new quorum (a loss during the computation costs
+// them nothing, one during the reduction only the reduction), and its samples go back to the
+// front of the queue. If a member fails in another way, or too few are left, the step is
+// discarded everywhere and retried under a new quorum, again with the gradients already
+// computed. Committed steps are never rolled back.
 //
 // A failed replica's proc is respawned (the mesh's failure hook); the new replica fetches the
 // committed state from a live peer (chunked, several chunks in flight, from a state server on
@@ -85,7 +89,7 @@ struct StepPlan {
 };
 
 struct StepReply {
-  bool ok = false;          // reduced: ready to commit
+  bool ok = false;          // reduced under `quorum`: ready to commit
   bool reused = false;      // the gradient was computed by an earlier attempt of this step
   float loss = 0;           // this member's loss on its samples
   std::string error;        // why not, when !ok
@@ -93,7 +97,9 @@ struct StepReply {
   std::uint64_t at_step = 0;  // the replica's committed steps
   std::string device;         // where the model is: "cpu", "cuda:0"
   std::string collective;     // the communicator's backend ("gloo", "nccl", "rccl"); "" before one
-  SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step, device, collective)
+  std::uint64_t quorum = 0;   // the last quorum it reduced under: the plan's, or a successor's (see Regroup)
+  std::vector<std::uint64_t> abandoned;  // earlier quorums of this step whose reduction it had begun
+  SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step, device, collective, quorum, abandoned)
 };
 
 struct Committed {
@@ -224,15 +230,23 @@ class CheckpointWriter : public Actor {
 };
 SCEPTRE_ACTOR(CheckpointWriter, write);
 
+// A quorum re-formed during a step's attempt, without a member the controller lost: this
+// member's place in it. Its gradient is kept, and only the sum is made again.
+struct Regroup {
+  std::uint64_t quorum = 0, rank = 0, size = 0;
+  SCEPTRE_FIELDS(quorum, rank, size)
+};
+
 // Aborts the collective a replica of this proc is in, from another thread: the controller sends
-// it to the other members of a quorum when supervision reports one of them failed, so that they
-// stop waiting for it at once (a dead peer's NCCL collective otherwise lasts until its
-// deadline). One per proc, beside its Replica (the same job: the same store).
+// it to the other members of a quorum when one of them is lost, so that they stop waiting for it
+// at once (a dead peer's NCCL collective otherwise lasts until its deadline). One per proc,
+// beside its Replica (the same job: the same store).
 class CollectiveAbort : public Actor {
  public:
   explicit CollectiveAbort(ActorRef<StoreActor> store);
-  // Aborts the communicator of quorum `quorum` (and any this replica makes for it later).
-  void abort(std::uint64_t quorum, std::string why);
+  // Aborts the communicator of quorum `quorum` (and any this replica makes for it later). With
+  // `next`, the replica's step in flight goes on under that quorum instead of failing.
+  void abort(std::uint64_t quorum, std::string why, std::optional<Regroup> next);
 
  private:
   std::string job_;
@@ -277,6 +291,7 @@ struct Event {
     kCheckpointFailed,  // abandoned (a full disk, an I/O error, a writer lost); training goes on
     kCheckpointSkipped, // at start: a torn or corrupt checkpoint passed over
     kRestored,          // at start: the state comes from a checkpoint
+    kRegrouped,         // a member lost during a step: the others go on with it under a new quorum
   };
   Kind kind = Kind::kCommitted;
   std::uint64_t step = 0;
@@ -295,7 +310,10 @@ struct StepRecord {  // one committed step, for replays and plots
   std::uint64_t count = 0;
   float loss = 0;                          // mean over members
   double seconds = 0;                      // since run() started, at commit
-  std::size_t attempts = 1;
+  // Tries of this step by a quorum that began to reduce it, the committing one included (a
+  // quorum re-formed before any member began to reduce is not one: see Regroup), and quorums
+  // re-formed during its attempts.
+  std::size_t attempts = 1, regroups = 0;
   // Of the committing attempt, per member: its gradient's computation (about 0 when reused from
   // an earlier attempt) and its reduction, the quorum's communicator made first when it is new;
   // and its commit (0 where the commit failed).
@@ -303,7 +321,8 @@ struct StepRecord {  // one committed step, for replays and plots
 };
 
 struct Summary {
-  std::uint64_t committed = 0, attempted = 0;  // committed: the step reached (from start_step)
+  std::uint64_t committed = 0, attempted = 0;  // committed: the step reached (from start_step); attempted: see StepRecord::attempts
+  std::size_t regroups = 0;                // quorums re-formed during an attempt, without a member lost
   std::uint64_t start_step = 0;            // restored from a checkpoint; 0 when fresh
   std::size_t checkpoints = 0, checkpoint_failures = 0;
   std::size_t failures = 0, heals = 0;
