@@ -349,8 +349,9 @@ class FtDdp {
   void cancel();
 
  private:
-  struct State;
+  struct State;  // src/train/ft_ddp_state.h
   friend class Checkpointer;
+  friend class Healer;
   std::shared_ptr<State> state_;
 };
 
