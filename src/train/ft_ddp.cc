@@ -183,6 +183,7 @@ Summary FtDdp::run() {
       Clock::time_point asked;
       bool open = false, lost = false;
       std::optional<StepReply> got;
+      double compute_ms = 0, reduce_ms = 0;  // over its calls
     };
     std::map<std::size_t, Call> calls;
     auto ask = [&](Call& c, std::uint64_t q, std::size_t rank, std::size_t size) {
@@ -224,6 +225,8 @@ Summary FtDdp::run() {
           auto got = c.reply.get(std::chrono::milliseconds(0));  // (late and not in: TimeoutError)
           if (!got.reused) ++sum.gradients_computed;
           for (auto q : got.abandoned) redone.insert(q);
+          c.compute_ms += got.compute_ms;
+          c.reduce_ms += got.reduce_ms;
           c.got = std::move(got);
         } catch (const std::exception& e) {
           c.lost = true;
@@ -277,7 +280,7 @@ Summary FtDdp::run() {
       for (std::size_t i = 0; i < fm.size(); ++i) {
         auto& c = calls[fm[i]];
         if (c.open || !c.got || c.got->quorum == fq) continue;
-        if (c.got->ok) redone.insert(c.got->quorum);
+        if (c.got->ok) redone.insert(c.got->quorum);  // (a failed one lists it in `abandoned` if it began)
         ask(c, fq, i, fm.size());
       }
       for (auto& [r, c] : calls) {
@@ -297,11 +300,13 @@ Summary FtDdp::run() {
           auto got = c.reply.get(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                               c.asked + o.step_timeout - Clock::now())));
           if (!got.reused) ++sum.gradients_computed;
+          for (auto q : got.abandoned) redone.insert(q);
         } catch (const std::exception& e) {
           ++sum.gradients_computed;
           s.lost(r, c.pid);
         }
       }
+      redone.erase(fq);  // the discarded attempt itself
       step_attempts += 1 + redone.size();
       sum.attempted += 1 + redone.size();
       broken = true;
@@ -325,8 +330,8 @@ Summary FtDdp::run() {
     for (auto m : members) {
       const auto& r = *calls[m].got;
       loss += r.loss;
-      compute_ms.push_back(r.compute_ms);
-      reduce_ms.push_back(r.reduce_ms);
+      compute_ms.push_back(calls[m].compute_ms);
+      reduce_ms.push_back(calls[m].reduce_ms);
       pids.push_back(calls[m].pid);
       sum.device = r.device;
       sum.collective = r.collective;

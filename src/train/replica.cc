@@ -124,7 +124,15 @@ class Collectives {
       }
       if (e.quorum == quorum) comm = e.comm;
     }
+    decided_.notify_all();
     if (comm) comm->abort(why);
+  }
+  // Waits until the controller has aborted `quorum` (with a successor or not), up to `deadline`:
+  // a sum that failed on its own (a peer's connection closed) learns whether a member was lost
+  // and the quorum re-formed. True if it has.
+  bool await_abort(const std::string& job, std::uint64_t quorum, Clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return decided_.wait_until(lock, deadline, [&] { return jobs_[job].aborted >= quorum; });
   }
   // Where the members of aborted `quorum` go on, if the controller re-formed it.
   std::optional<Regroup> successor(const std::string& job, std::uint64_t quorum) {
@@ -155,6 +163,7 @@ class Collectives {
     std::map<std::uint64_t, Regroup> next;  // re-formed quorums: the successor of each
   };
   std::mutex mu_;
+  std::condition_variable decided_;  // an abort came
   std::map<std::string, Entry> jobs_;
 };
 
@@ -561,6 +570,12 @@ StepReply Replica::step(StepPlan plan) {
       }
     }
     if (r.ok()) break;
+    if (began) reply.abandoned.push_back(at.quorum);
+    // The controller's word first: a sum that failed because a member was lost goes on under
+    // the quorum re-formed without it (the controller learns of the loss from supervision, a
+    // moment after this replica's connection to it closed). It aborts the quorum either way, or
+    // this waits for up to a collective timeout.
+    Collectives::of_this_proc().await_abort(m.job, at.quorum, Clock::now() + m.options.collective_timeout);
     auto next = Collectives::of_this_proc().successor(m.job, at.quorum);
     if (!next) {
       reply.reduce_ms = ms_since(t1);
@@ -568,7 +583,6 @@ StepReply Replica::step(StepPlan plan) {
       reply.error = r.error().to_string();
       return reply;
     }
-    if (began) reply.abandoned.push_back(at.quorum);
     at.quorum = next->quorum;
     at.rank = next->rank;
     at.size = next->size;

@@ -98,7 +98,7 @@ struct StepReply {
   std::string device;         // where the model is: "cpu", "cuda:0"
   std::string collective;     // the communicator's backend ("gloo", "nccl", "rccl"); "" before one
   std::uint64_t quorum = 0;   // the last quorum it reduced under: the plan's, or a successor's (see Regroup)
-  std::vector<std::uint64_t> abandoned;  // earlier quorums of this step whose reduction it had begun
+  std::vector<std::uint64_t> abandoned;  // quorums of this step whose reduction it began and gave up (its last's too, when !ok)
   SCEPTRE_FIELDS(ok, reused, loss, error, compute_ms, reduce_ms, at_step, device, collective, quorum, abandoned)
 };
 
@@ -315,8 +315,9 @@ struct StepRecord {  // one committed step, for replays and plots
   // re-formed during its attempts.
   std::size_t attempts = 1, regroups = 0;
   // Of the committing attempt, per member: its gradient's computation (about 0 when reused from
-  // an earlier attempt) and its reduction, the quorum's communicator made first when it is new;
-  // and its commit (0 where the commit failed).
+  // an earlier attempt) and its reductions, the quorum's communicator made first when it is new
+  // (summed over its calls, when asked again under a re-formed quorum); and its commit (0 where
+  // the commit failed).
   std::vector<double> compute_ms, reduce_ms, commit_ms;
 };
 
