@@ -213,28 +213,30 @@ Summary FtDdp::run() {
     auto failed = [&](std::size_t r, const std::string& what) {
       why += (why.empty() ? "replica " : "; replica ") + std::to_string(r) + what;
     };
-    bool decided_ok = false, done = false;
-    while (!done) {
-      // The answers that are in.
+    // Takes `c`'s answer, waiting up to `wait` for it (TimeoutError past it: the member is lost).
+    auto take = [&](std::size_t r, Call& c, std::chrono::milliseconds wait) {
+      c.open = false;
+      try {
+        auto got = c.reply.get(wait);
+        if (!got.reused) ++sum.gradients_computed;
+        for (auto q : got.abandoned) redone.insert(q);
+        c.compute_ms += got.compute_ms;
+        c.reduce_ms += got.reduce_ms;
+        c.got = std::move(got);
+      } catch (const std::exception& e) {
+        c.lost = true;
+        ++sum.gradients_computed;  // (or begun): lost with it
+        s.lost(r, c.pid);
+        s.drop_from_flight(r, "replica " + std::to_string(r) + " lost: " + e.what());
+        failed(r, std::string(" lost: ") + e.what());
+      }
+    };
+    bool decided_ok = false;
+    for (;;) {
+      // The answers that are in, and those of members past their step's deadline.
       for (auto& [r, c] : calls) {
         if (!c.open) continue;
-        const bool late = Clock::now() - c.asked >= o.step_timeout;
-        if (!c.reply.ready() && !late) continue;
-        c.open = false;
-        try {
-          auto got = c.reply.get(std::chrono::milliseconds(0));  // (late and not in: TimeoutError)
-          if (!got.reused) ++sum.gradients_computed;
-          for (auto q : got.abandoned) redone.insert(q);
-          c.compute_ms += got.compute_ms;
-          c.reduce_ms += got.reduce_ms;
-          c.got = std::move(got);
-        } catch (const std::exception& e) {
-          c.lost = true;
-          ++sum.gradients_computed;  // (or begun): lost with it
-          s.lost(r, c.pid);
-          s.drop_from_flight(r, "replica " + std::to_string(r) + " lost: " + e.what());
-          failed(r, std::string(" lost: ") + e.what());
-        }
+        if (c.reply.ready() || Clock::now() - c.asked >= o.step_timeout) take(r, c, std::chrono::milliseconds(0));
       }
       // The attempt as it is now: decided once complete or failed, and then not re-formed.
       bool complete = true, broke = false;
@@ -296,15 +298,8 @@ Summary FtDdp::run() {
       // What is still under way ends at once now (aborted) or at its deadline.
       for (auto& [r, c] : calls) {
         if (!c.open) continue;
-        try {
-          auto got = c.reply.get(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                              c.asked + o.step_timeout - Clock::now())));
-          if (!got.reused) ++sum.gradients_computed;
-          for (auto q : got.abandoned) redone.insert(q);
-        } catch (const std::exception& e) {
-          ++sum.gradients_computed;
-          s.lost(r, c.pid);
-        }
+        take(r, c, std::max(std::chrono::milliseconds(0),
+                            std::chrono::duration_cast<std::chrono::milliseconds>(c.asked + o.step_timeout - Clock::now())));
       }
       redone.erase(fq);  // the discarded attempt itself
       step_attempts += 1 + redone.size();
