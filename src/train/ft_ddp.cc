@@ -1,16 +1,16 @@
-// The controller of fault-tolerant data parallelism: quorum, step attempts and commits, the
-// sample plan, respawn (healing: healer.h; checkpoints: checkpointer.h); and the replay. Runs in
-// the controller; no libtorch here.
+// The controller of fault-tolerant data parallelism: quorum, steps and commits, the sample plan,
+// respawn (an attempt at a step: attempt.h; healing: healer.h; checkpoints: checkpointer.h);
+// and the replay. Runs in the controller; no libtorch here.
 #include "sceptre/train/ft_ddp.h"
 
 #include <algorithm>
 #include <deque>
 #include <future>
 #include <map>
-#include <set>
 #include <thread>
 
 #include "sceptre/actor/proc.h"
+#include "train/attempt.h"
 #include "train/checkpointer.h"
 #include "train/ft_ddp_state.h"
 #include "train/healer.h"
@@ -171,163 +171,39 @@ Summary FtDdp::run() {
     for (auto m : members)
       if (!assigned.count(m)) assigned[m] = take();
 
-    // The attempt. A member lost meanwhile is dropped from it (State::drop_from_flight): the
-    // others go on under a new quorum, and one whose answer came under a quorum re-formed since
-    // is asked again under the new one (its gradient is reused). The step commits once every
-    // member of the attempt's quorum, as it is then, has reduced under it; a member that fails
-    // in another way discards the attempt, and the step is retried at the next boundary.
-    struct Call {
-      std::size_t replica = 0;
-      int pid = 0;
-      Future<StepReply> reply;
-      Clock::time_point asked;
-      bool open = false, lost = false;
-      std::optional<StepReply> got;
-      double compute_ms = 0, reduce_ms = 0;  // over its calls
-    };
-    std::map<std::size_t, Call> calls;
-    auto ask = [&](Call& c, std::uint64_t q, std::size_t rank, std::size_t size) {
-      c.reply = s.replicas.at(c.replica).call<&Replica::step>(
-          StepPlan{sum.committed, q, rank, size, assigned[c.replica], o.batch});
-      c.asked = Clock::now();
-      c.open = true;
-      c.got.reset();
-    };
-    {
-      std::lock_guard lock(s.mu);
-      s.flight_quorum = quorum;
-      s.flight_members = members;
-    }
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      auto& c = calls[members[i]];
-      c.replica = members[i];
-      c.pid = s.pid_of(members[i]);
-      ask(c, quorum, i, members.size());
-    }
+    // The attempt: a member lost meanwhile is dropped from it, the others going on under a new
+    // quorum (see attempt.h); a member that fails in another way discards it, and the step is
+    // retried at the next boundary.
+    Attempt attempt(s, sum, quorum, members, assigned);
     ++tries;
-    std::set<std::uint64_t> redone;  // quorums of this attempt whose reduction was begun and given up
-    std::uint64_t fq = quorum;       // the attempt's quorum and members, as they are now
-    std::vector<std::size_t> fm = members;
-    std::vector<std::uint64_t> chain{quorum};
-    std::string why;
-    auto failed = [&](std::size_t r, const std::string& what) {
-      why += (why.empty() ? "replica " : "; replica ") + std::to_string(r) + what;
-    };
-    // Takes `c`'s answer, waiting up to `wait` for it (TimeoutError past it: the member is lost).
-    auto take = [&](std::size_t r, Call& c, std::chrono::milliseconds wait) {
-      c.open = false;
-      try {
-        auto got = c.reply.get(wait);
-        if (!got.reused) ++sum.gradients_computed;
-        for (auto q : got.abandoned) redone.insert(q);
-        c.compute_ms += got.compute_ms;
-        c.reduce_ms += got.reduce_ms;
-        c.got = std::move(got);
-      } catch (const std::exception& e) {
-        c.lost = true;
-        ++sum.gradients_computed;  // (or begun): lost with it
-        s.lost(r, c.pid);
-        s.drop_from_flight(r, "replica " + std::to_string(r) + " lost: " + e.what());
-        failed(r, std::string(" lost: ") + e.what());
-      }
-    };
-    bool decided_ok = false;
-    for (;;) {
-      // The answers that are in, and those of members past their step's deadline.
-      for (auto& [r, c] : calls) {
-        if (!c.open) continue;
-        if (c.reply.ready() || Clock::now() - c.asked >= o.step_timeout) take(r, c, std::chrono::milliseconds(0));
-      }
-      // The attempt as it is now: decided once complete or failed, and then not re-formed.
-      bool complete = true, broke = false;
-      {
-        std::lock_guard lock(s.mu);
-        if (s.flight_quorum != fq) chain.push_back(s.flight_quorum);
-        fq = s.flight_quorum;
-        fm = s.flight_members;
-        for (auto m : fm) {
-          auto& c = calls[m];
-          if (c.open) {
-            complete = false;
-          } else if (c.lost || (c.got && !c.got->ok && c.got->quorum == fq)) {
-            broke = true;
-            complete = false;
-          } else if (!c.got || !c.got->ok || c.got->quorum != fq) {
-            complete = false;
-          }
-        }
-        if (complete || broke) s.flight_members.clear();
-      }
-      if (chain.size() > 1 && !complete && !broke) deliver();  // (kRegrouped)
-      if (complete) {
-        decided_ok = true;
-        break;
-      }
-      if (broke) {
-        for (auto m : fm) {
-          auto& c = calls[m];
-          if (c.got && !c.got->ok) {
-            if (c.got->at_step != sum.committed) {  // not holding the committed state: heal it again
-              std::lock_guard lock(s.mu);
-              if (s.status[m] == ReplicaState::kLive) s.status[m] = ReplicaState::kFresh;
-            }
-            failed(m, ": " + c.got->error);
-          }
-          // The others stop waiting for it at once.
-          if (c.open) s.aborts.at(m).send<&CollectiveAbort::abort>(fq, "step " + std::to_string(sum.committed) + " discarded", std::nullopt);
-        }
-        break;
-      }
-      // Members whose answer came under a quorum re-formed since: asked again under the new one.
-      for (std::size_t i = 0; i < fm.size(); ++i) {
-        auto& c = calls[fm[i]];
-        if (c.open || !c.got || c.got->quorum == fq) continue;
-        if (c.got->ok) redone.insert(c.got->quorum);  // (a failed one lists it in `abandoned` if it began)
-        ask(c, fq, i, fm.size());
-      }
-      for (auto& [r, c] : calls) {
-        if (!c.open) continue;
-        c.reply.wait_for(std::chrono::milliseconds(2));
-        break;
-      }
-    }
+    bool decided = attempt.run(deliver);
+    const auto& chain = attempt.quorums();
     for (std::size_t i = 0; i + 1 < chain.size(); ++i)
       s.store.send<&StoreActor::erase_prefix>("quorum-" + std::to_string(chain[i]) + "/");
-    quorum = fq;
-    if (!decided_ok) {
-      // What is still under way ends at once now (aborted) or at its deadline.
-      for (auto& [r, c] : calls) {
-        if (!c.open) continue;
-        take(r, c, std::max(std::chrono::milliseconds(0),
-                            std::chrono::duration_cast<std::chrono::milliseconds>(c.asked + o.step_timeout - Clock::now())));
-      }
-      redone.erase(fq);  // the discarded attempt itself
-      step_attempts += 1 + redone.size();
-      sum.attempted += 1 + redone.size();
+    quorum = attempt.quorum();
+    step_attempts += attempt.attempts();
+    sum.attempted += attempt.attempts();
+    if (!decided) {
       broken = true;
-      s.event(Event::Kind::kRetried, sum.committed, 0, "step " + std::to_string(sum.committed) + " discarded: " + why);
+      s.event(Event::Kind::kRetried, sum.committed, 0, "step " + std::to_string(sum.committed) + " discarded: " + attempt.why());
       deliver();
       continue;
     }
-    step_attempts += 1 + redone.size();
-    sum.attempted += 1 + redone.size();
-    step_regroups += chain.size() - 1;
-    sum.regroups += chain.size() - 1;
-    members = fm;
-    last_members = fm;
-    for (auto& [r, c] : calls)  // a member dropped whose call is still open: its gradient is lost with it
-      if (c.open && std::find(members.begin(), members.end(), r) == members.end()) ++sum.gradients_computed;
+    step_regroups += attempt.regroups();
+    sum.regroups += attempt.regroups();
+    members = attempt.members();
+    last_members = members;
     for (auto it = assigned.begin(); it != assigned.end(); ++it)  // the blocks of members dropped from it
       if (std::find(members.begin(), members.end(), it->first) == members.end()) returned.push_front(it->second);
     float loss = 0;
     std::vector<double> compute_ms, reduce_ms;
     std::vector<int> pids;
     for (auto m : members) {
-      const auto& r = *calls[m].got;
+      const auto& r = attempt.reply(m);
       loss += r.loss;
-      compute_ms.push_back(calls[m].compute_ms);
-      reduce_ms.push_back(calls[m].reduce_ms);
-      pids.push_back(calls[m].pid);
+      compute_ms.push_back(attempt.compute_ms(m));
+      reduce_ms.push_back(attempt.reduce_ms(m));
+      pids.push_back(attempt.pid(m));
       sum.device = r.device;
       sum.collective = r.collective;
     }

@@ -351,6 +351,7 @@ class FtDdp {
 
  private:
   struct State;  // src/train/ft_ddp_state.h
+  friend class Attempt;
   friend class Checkpointer;
   friend class Healer;
   std::shared_ptr<State> state_;
