@@ -19,7 +19,8 @@
 //              larger state (--ckpt-hidden): the stall of each (the in-memory copy) as a share
 //              of the step time, the steps' time while a checkpoint persists, and the persist
 //              bandwidth (capture to manifest) beside fio writing the same bytes with as many
-//              jobs, buffered + fsync, in the same directory, before and after
+//              jobs, buffered + fsync, in the same directory, before and after, and while the
+//              same training runs without checkpoints (at the steps a checkpoint would begin)
 //
 //   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--kill-within 0] [--hidden 512]
 //            [--heal-hidden 9100] [--heal-kill-at 20] [--heal-steps 6] [--heal-trace]
@@ -526,45 +527,66 @@ void heal_part(train::TrainOptions o, std::chrono::milliseconds kill_at, std::ui
               lost, window, static_cast<std::size_t>(n), 100.0 * lost / (window - lost));
 }
 
-// fio writing `bytes` in `jobs` files in `dir`, buffered, fsync of each file at the end: GB/s.
-// fio's JSON leaves the final fsync out of its times, so the time is fio's wall time less that of
-// a run writing 4 KiB per job (its start-up, about 0.3 s here: small states measure poorly).
-double fio_gbps(const std::string& dir, std::uint64_t bytes, std::size_t jobs) {
-  auto run = [&](std::uint64_t each, double* bytes_written) {
-    std::string bs = each < (1u << 20) ? "4k" : "1M";
-    std::string cmd = "fio --name=ckpt --directory=" + dir + " --rw=write --bs=" + bs + " --ioengine=psync --end_fsync=1" +
-                      " --fallocate=none --numjobs=" + std::to_string(jobs) + " --size=" + std::to_string(each) +
-                      " --group_reporting --output-format=json 2>/dev/null";
-    auto t0 = Clock::now();
+// fio writing files of the sizes in `files` (one job each, at once) in `dir`, buffered, 1 MiB
+// writes, fsync of each file at the end: GB/s of all of them, as the persist's is counted (all
+// bytes ÷ the slowest job's time). fio's own time of a job includes its end_fsync (1 GiB here:
+// 0.2 s without, 0.6 s with), and leaves out its start-up (0.15-0.3 s, most of the wall time
+// of a run of 50 MB). The median of `reps` runs.
+double fio_gbps(const std::string& dir, const std::vector<std::uint64_t>& files, int reps) {
+  std::string cmd = "fio --directory=" + dir + " --rw=write --ioengine=psync --end_fsync=1 --fallocate=none" +
+                    " --output-format=json";
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    std::uint64_t size = std::max<std::uint64_t>(4096, files[k]);
+    cmd += " --name=ckpt." + std::to_string(k) + " --bs=" + (size < (1u << 20) ? "4k" : "1M") +
+           " --size=" + std::to_string(size);
+  }
+  cmd += " 2>/dev/null";
+  std::vector<double> gbps;
+  for (int i = 0; i < reps; ++i) {
     FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return 0.0;
+    if (!p) continue;
     std::string out;
     char buf[4096];
     while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
     ::pclose(p);
-    double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    auto j = nlohmann::json::parse(out, nullptr, false);
-    if (j.is_discarded() || !j.contains("jobs")) return 0.0;
-    *bytes_written = j["jobs"][0]["write"]["io_bytes"].get<double>();
     for (auto& e : std::filesystem::directory_iterator(dir))
       if (e.path().filename().string().rfind("ckpt.", 0) == 0) std::filesystem::remove(e.path());
-    return wall;
-  };
-  double tiny = 0, written = 0;
-  double start = run(4096, &tiny);
-  double wall = run(std::max<std::uint64_t>(1 << 20, bytes / jobs), &written);
-  return wall > start ? written / (wall - start) / 1e9 : 0;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    if (j.is_discarded() || !j.contains("jobs")) continue;
+    double bytes = 0, ms = 0;
+    for (auto& job : j["jobs"]) {
+      bytes += job["write"]["io_bytes"].get<double>();
+      ms = std::max(ms, job["write"]["runtime"].get<double>());
+    }
+    if (ms > 0) gbps.push_back(bytes / (ms / 1e3) / 1e9);
+  }
+  return median(gbps);
 }
 
 void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t every, const std::string& dir) {
   auto procs = this_host().spawn_procs({{"replicas", replicas}}, "ckpt");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  // The shards as the checkpoints write them (whole tensors, largest first to the lightest
+  // shard), which fio writes too.
   std::uint64_t state = 0;
-  for (auto& t : train::ReplicaCore(o.model).tensors()) state += t.data.size();
-  std::printf("\ncheckpoint: %zu replicas, %llu steps, MLP hidden %lld, state %.1f MB with Adam, every %llu steps, in %s\n",
-              replicas, static_cast<unsigned long long>(o.steps), static_cast<long long>(o.model.hidden),
-              3.0 * state / 1e6, static_cast<unsigned long long>(every), dir.c_str());
+  std::vector<std::uint64_t> shards;
+  {
+    train::ReplicaCore core(o.model);
+    for (std::size_t k = 0; k < replicas; ++k) {
+      shards.push_back(0);
+      for (auto& t : core.tensors(k, replicas)) shards.back() += t.data.size();
+      state += shards.back();
+    }
+  }
+  // (ReplicaCore::tensors() lists Adam's moments too, even before the first step: from 5ff1673
+  // to 3816b96 this took 3 x their bytes, and fio wrote 3 x a checkpoint's.)
+  std::string mb;
+  for (auto b : shards) mb += (mb.empty() ? "" : " + ") + std::to_string(static_cast<int>(b / 1e6 + 0.5));
+  std::printf("\ncheckpoint: %zu replicas, %llu steps, MLP hidden %lld, state %.1f MB with Adam (shards of %s MB), every "
+              "%llu steps, in %s\n",
+              replicas, static_cast<unsigned long long>(o.steps), static_cast<long long>(o.model.hidden), state / 1e6,
+              mb.c_str(), static_cast<unsigned long long>(every), dir.c_str());
   auto step_times = [](const train::Summary& s) {
     std::vector<double> v;
     for (std::size_t i = 1; i < s.steps.size(); ++i) v.push_back(1e3 * (s.steps[i].seconds - s.steps[i - 1].seconds));
@@ -575,7 +597,7 @@ void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t 
     train::FtDdp ddp(procs, o);
     plain = ddp.run();
   }
-  double fio_before = fio_gbps(dir, static_cast<std::uint64_t>(3.0 * state), replicas);
+  double fio_before = fio_gbps(dir, shards, 3);
   auto with = o;
   with.checkpoint.dir = dir + "/run";
   with.checkpoint.every = every;
@@ -585,13 +607,33 @@ void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t 
     train::FtDdp ddp(procs, with);
     ck = ddp.run();
   }
-  double fio_after = fio_gbps(dir, static_cast<std::uint64_t>(3.0 * state), replicas);
+  double fio_after = fio_gbps(dir, shards, 3);
+  // fio under the persists' conditions: the same training without checkpoints, and fio writing
+  // the same bytes at the steps a checkpoint would begin (skipped while the last is running, as
+  // a checkpoint is), so that it shares the CPU with 4 training replicas as the writers do.
+  std::vector<double> fio_loaded;
+  train::Summary loaded;
+  {
+    train::FtDdp ddp(procs, o);
+    std::future<double> fio_run;
+    auto collect = [&](bool wait) {
+      if (fio_run.valid() && (wait || fio_run.wait_for(0s) == std::future_status::ready)) fio_loaded.push_back(fio_run.get());
+    };
+    ddp.on_step([&](const train::StepRecord& r, std::size_t) {
+      collect(false);
+      if ((r.step + 1) % every == 0 && r.step + 1 < o.steps && !fio_run.valid())
+        fio_run = std::async(std::launch::async, fio_gbps, dir, shards, 1);
+    });
+    loaded = ddp.run();
+    collect(true);
+  }
   // The persists while the replicas train, and the final checkpoint's, written once they stop
   // (what the disk takes when the writers have the CPU, as fio does).
   std::vector<double> stall, persist_gbps, persist_s;
-  double idle_gbps = 0;
+  double idle_gbps = 0, ck_bytes = 0;
   for (auto& e : ck.events) {
     if (e.kind == train::Event::Kind::kCheckpointing) stall.push_back(e.stall_ms);
+    if (e.kind == train::Event::Kind::kCheckpointed) ck_bytes = e.bytes;
     if (e.kind == train::Event::Kind::kCheckpointed && e.step == with.steps) idle_gbps = e.bytes / e.seconds / 1e9;
     if (e.kind == train::Event::Kind::kCheckpointed && e.step < with.steps) {
       persist_gbps.push_back(e.bytes / e.seconds / 1e9);
@@ -606,12 +648,16 @@ void checkpoint_part(std::size_t replicas, train::TrainOptions o, std::uint64_t 
   std::printf("  stall (in-memory copy): %.2f ms median per checkpoint = %.2f%% of a step; %.3f%% of the run\n",
               stall_ms, 100.0 * stall_ms / step_plain,
               100.0 * std::accumulate(stall.begin(), stall.end(), 0.0) / 1e3 / ck.seconds);
-  std::printf("  persisted: %zu checkpoints (%zu failed); while training %.2f s each, %.2f GB/s median (slowest shard + "
+  std::printf("  persisted: %zu checkpoints of %.1f MB (%zu failed); while training %.2f s each, %.2f GB/s median (slowest shard + "
               "manifest); the final one, training stopped, %.2f GB/s\n",
-              ck.checkpoints, ck.checkpoint_failures, median(persist_s), median(persist_gbps), idle_gbps);
-  std::printf("  fio, the same bytes in %zu jobs, buffered + fsync: %.2f GB/s before, %.2f GB/s after -> ratio %.2f while "
-              "training, %.2f stopped\n",
-              replicas, fio_before, fio_after, median(persist_gbps) / fio, idle_gbps / fio);
+              ck.checkpoints, ck_bytes / 1e6, ck.checkpoint_failures, median(persist_s), median(persist_gbps), idle_gbps);
+  std::printf("  fio, the same files (a job each), buffered + fsync: %.2f GB/s before, %.2f GB/s after -> ratio %.2f "
+              "while training, %.2f stopped\n",
+              fio_before, fio_after, median(persist_gbps) / fio, idle_gbps / fio);
+  double fio_busy = std::max(1e-9, median(fio_loaded));
+  std::printf("  fio beside the same training (no checkpoints), at the checkpoints' steps: %zu runs, %.2f GB/s median "
+              "(steps %.1f ms) -> persist while training / fio while training %.2f\n",
+              fio_loaded.size(), median(fio_loaded), median(step_times(loaded)), median(persist_gbps) / fio_busy);
   std::filesystem::remove_all(dir);
 }
 
