@@ -18,9 +18,9 @@
 //   checkpoint the same training without checkpoints and with one every --ckpt-every steps of a
 //              larger state (--ckpt-hidden): the stall of each (the in-memory copy) as a share
 //              of the step time, the steps' time while a checkpoint persists, and the persist
-//              bandwidth (capture to manifest) beside fio writing the same bytes with as many
-//              jobs, buffered + fsync, in the same directory, before and after, and while the
-//              same training runs without checkpoints (at the steps a checkpoint would begin)
+//              bandwidth (capture to manifest) beside fio writing the same files (a job each),
+//              buffered + fsync, in the same directory, before and after, and while the same
+//              training runs without checkpoints (at the steps a checkpoint would begin)
 //
 //   ft_bench [--parts allreduce,faults,heal,checkpoint] [--steps 200] [--fault-every 5.5] [--kill-within 0] [--hidden 512]
 //            [--heal-hidden 9100] [--heal-kill-at 20] [--heal-steps 6] [--heal-trace]

@@ -55,7 +55,6 @@ bool Attempt::run(const std::function<void()>& deliver) {
     c.pid = s_.pid_of(members_[i]);
     ask(c, quorum_, i, members_.size());
   }
-  bool decided = false;
   for (;;) {
     // The answers that are in, and those of members past their step's deadline.
     for (auto& [r, c] : calls_) {
@@ -84,8 +83,9 @@ bool Attempt::run(const std::function<void()>& deliver) {
     }
     if (chain_.size() > 1 && !complete && !broke) deliver();  // (kRegrouped)
     if (complete) {
-      decided = true;
-      break;
+      for (auto& [r, c] : calls_)  // a member dropped whose call is still open: its gradient is lost with it
+        if (c.open && std::find(members_.begin(), members_.end(), r) == members_.end()) ++sum_.gradients_computed;
+      return true;
     }
     if (broke) {
       for (auto m : members_) {
@@ -117,12 +117,7 @@ bool Attempt::run(const std::function<void()>& deliver) {
       break;
     }
   }
-  if (decided) {
-    for (auto& [r, c] : calls_)  // a member dropped whose call is still open: its gradient is lost with it
-      if (c.open && std::find(members_.begin(), members_.end(), r) == members_.end()) ++sum_.gradients_computed;
-    return true;
-  }
-  // What is still under way ends at once now (aborted) or at its deadline.
+  // Discarded. What is still under way ends at once now (aborted) or at its deadline.
   for (auto& [r, c] : calls_) {
     if (!c.open) continue;
     take(c, std::max(std::chrono::milliseconds(0),

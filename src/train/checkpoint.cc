@@ -61,22 +61,18 @@ class AtomicFile {
   Result<void> write(const void* data, std::size_t n) {
     constexpr std::size_t kPiece = 1u << 20;
     const char* p = static_cast<const char*>(data);
-    std::size_t hashed = 0;  // of the current piece
-    while (n > 0) {
-      std::size_t piece = std::min(n, kPiece);
-      if (hashed < piece) {
-        XXH3_64bits_update(state_, p + hashed, piece - hashed);
-        hashed = piece;
+    for (std::size_t at = 0; at < n;) {
+      std::size_t piece = std::min(n - at, kPiece);
+      XXH3_64bits_update(state_, p + at, piece);
+      for (std::size_t end = at + piece; at < end;) {
+        ssize_t w = ::write(fd_, p + at, end - at);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          return os_error("write", tmp_, errno);
+        }
+        at += static_cast<std::size_t>(w);
+        bytes_ += static_cast<std::uint64_t>(w);
       }
-      ssize_t w = ::write(fd_, p, piece);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return os_error("write", tmp_, errno);
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-      hashed -= static_cast<std::size_t>(w);
-      bytes_ += static_cast<std::uint64_t>(w);
     }
     return {};
   }
