@@ -1,23 +1,21 @@
-// The replica actor, its state server, and the controller's rendezvous store.
+// The replica actor: a step's computation and sum under the quorum's communicator, commits,
+// snapshots for healers, healing from a peer, and checkpoint capture and restore.
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <cstring>
 #include <future>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
-#include "core/log.h"
 #include "sceptre/actor/proc.h"
 #include "sceptre/gpu/runtime.h"
 #include "sceptre/train/ft_ddp.h"
+#include "train/buffers.h"
+#include "train/collectives.h"
+#include "train/replica_servers.h"
 
 namespace sceptre::train {
 
@@ -25,323 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// Buffers for the quorum's summed gradients, reused. A sum is kept in the donor's log while a
-// peer heals and goes back to the pool once the log and every send of it let go: a new buffer
-// each step would be written and sent for the first time each step (slow on this VM, see warm()).
-class GradientPool : public std::enable_shared_from_this<GradientPool> {
- public:
-  using Buffer = std::shared_ptr<std::vector<float>>;
-  // A buffer of `n` floats; its contents are whatever was there.
-  Buffer take(std::size_t n) {
-    std::unique_ptr<std::vector<float>> v;
-    {
-      std::lock_guard lock(mu_);
-      if (!free_.empty()) {
-        v = std::move(free_.back());
-        free_.pop_back();
-      }
-    }
-    if (!v) v = std::make_unique<std::vector<float>>();
-    v->resize(n);
-    std::weak_ptr<GradientPool> weak = weak_from_this();
-    return Buffer(v.release(), [weak](std::vector<float>* b) {
-      std::unique_ptr<std::vector<float>> owned(b);
-      if (auto pool = weak.lock()) {
-        std::lock_guard lock(pool->mu_);
-        if (pool->free_.size() < kKept) pool->free_.push_back(std::move(owned));
-      }
-    });
-  }
-  // Adds a buffer made (and warmed) elsewhere.
-  void give(std::unique_ptr<std::vector<float>> v) {
-    std::lock_guard lock(mu_);
-    if (free_.size() < kKept) free_.push_back(std::move(v));
-  }
-
- private:
-  static constexpr std::size_t kKept = 4;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<std::vector<float>>> free_;
-};
-
-// Touches every page of [data, data + size), from this process and once from the kernel (its
-// bytes are written through a socketpair to a thread that reads and drops them). On this VM each
-// is slow only the first time: a first write reaches ~0.5 GB/s, the kernel's first read of user
-// pages 0.55 GB/s (the next one 7 GB/s), and a snapshot or a logged sum is sent through a socket.
-// Best effort: an error here only means slower sends.
-void warm(void* data, std::size_t size) {
-  auto* b = static_cast<char*>(data);
-  std::memset(b, 0, size);
-  int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
-  std::thread drain([fd = fds[1]] {
-    std::vector<char> sink(1 << 20);
-    while (::read(fd, sink.data(), sink.size()) > 0) {
-    }
-  });
-  for (std::size_t at = 0; at < size;) {
-    auto n = ::send(fds[0], b + at, std::min<std::size_t>(size - at, 4u << 20), MSG_NOSIGNAL);
-    if (n <= 0 && errno != EINTR) break;
-    if (n > 0) at += static_cast<std::size_t>(n);
-  }
-  ::shutdown(fds[0], SHUT_WR);
-  drain.join();
-  ::close(fds[0]);
-  ::close(fds[1]);
-}
-
-// The communicator each replica of this proc has now, by its job (its store's id), for
-// CollectiveAbort; and the last quorum aborted, so that a communicator made for it afterwards
-// is aborted at once.
-class Collectives {
- public:
-  static Collectives& of_this_proc() {
-    static Collectives c;
-    return c;
-  }
-  // This job's communicator is now `comm`, for `quorum`; false if that quorum is aborted.
-  bool set(const std::string& job, std::uint64_t quorum, std::shared_ptr<collective::Communicator> comm) {
-    std::lock_guard lock(mu_);
-    auto& e = jobs_[job];
-    e.quorum = quorum;
-    e.comm = std::move(comm);
-    return quorum > e.aborted;
-  }
-  // Aborts `quorum` (and every earlier one); `next`, when given, is where its members go on.
-  void abort(const std::string& job, std::uint64_t quorum, const std::string& why, std::optional<Regroup> next) {
-    std::shared_ptr<collective::Communicator> comm;
-    {
-      std::lock_guard lock(mu_);
-      auto& e = jobs_[job];
-      if (quorum > e.aborted) {
-        e.aborted = quorum;
-        e.why = why;
-      }
-      if (next) {
-        e.next[quorum] = *next;
-        while (e.next.size() > 16) e.next.erase(e.next.begin());  // (a step's are read as it runs)
-      }
-      if (e.quorum == quorum) comm = e.comm;
-    }
-    decided_.notify_all();
-    if (comm) comm->abort(why);
-  }
-  // Waits until the controller has aborted `quorum` (with a successor or not), up to `deadline`:
-  // a sum that failed on its own (a peer's connection closed) learns whether a member was lost
-  // and the quorum re-formed. True if it has.
-  bool await_abort(const std::string& job, std::uint64_t quorum, Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    return decided_.wait_until(lock, deadline, [&] { return jobs_[job].aborted >= quorum; });
-  }
-  // Where the members of aborted `quorum` go on, if the controller re-formed it.
-  std::optional<Regroup> successor(const std::string& job, std::uint64_t quorum) {
-    std::lock_guard lock(mu_);
-    auto it = jobs_.find(job);
-    if (it == jobs_.end()) return std::nullopt;
-    auto n = it->second.next.find(quorum);
-    if (n == it->second.next.end()) return std::nullopt;
-    return n->second;
-  }
-  // Why `quorum` of this job was aborted; nothing if it was not (its rendezvous asks, as it waits).
-  std::optional<std::string> aborted(const std::string& job, std::uint64_t quorum) {
-    std::lock_guard lock(mu_);
-    auto it = jobs_.find(job);
-    if (it == jobs_.end() || it->second.aborted < quorum) return std::nullopt;
-    return it->second.why;
-  }
-  void forget(const std::string& job) {
-    std::lock_guard lock(mu_);
-    jobs_.erase(job);
-  }
-
- private:
-  struct Entry {
-    std::uint64_t quorum = 0, aborted = 0;
-    std::string why;  // of the last abort
-    std::shared_ptr<collective::Communicator> comm;
-    std::map<std::uint64_t, Regroup> next;  // re-formed quorums: the successor of each
-  };
-  std::mutex mu_;
-  std::condition_variable decided_;  // an abort came
-  std::map<std::string, Entry> jobs_;
-};
-
-// Device memory of this proc's GPU, for gradients of a model on the CPU summed by NCCL.
-class Staging {
- public:
-  Staging(gpu::Runtime& gpu, std::size_t floats) : gpu_(gpu) {
-    auto p = gpu.allocate(floats * sizeof(float));
-    if (!p.ok()) throw std::runtime_error("replica: device memory to stage the gradients in: " + p.error().to_string());
-    data_ = std::span(static_cast<float*>(*p), floats);
-  }
-  ~Staging() { (void)gpu_.free(data_.data()); }
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-  // Sums host `data` with `comm` through the device buffer.
-  Status allreduce(collective::Communicator& comm, std::span<float> data) {
-    const std::size_t bytes = data.size() * sizeof(float);
-    SCEPTRE_RETURN_IF_ERROR(gpu_.copy_to_device(data_.data(), data.data(), bytes, nullptr));
-    SCEPTRE_RETURN_IF_ERROR(gpu_.synchronize(nullptr));
-    SCEPTRE_RETURN_IF_ERROR(comm.allreduce_sum(data_.first(data.size())));
-    SCEPTRE_RETURN_IF_ERROR(gpu_.copy_to_host(data.data(), data_.data(), bytes, nullptr));
-    return gpu_.synchronize(nullptr);
-  }
-
- private:
-  gpu::Runtime& gpu_;
-  std::span<float> data_;
-};
-
 }  // namespace
-
-// --- the rendezvous store -----------------------------------------------------------------------
-void StoreActor::erase_prefix(std::string prefix) {
-  for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.rfind(prefix, 0) == 0;) {
-    it = values_.erase(it);
-  }
-}
-
-Result<void> ActorStore::set(const std::string& key, std::string value) {
-  try {
-    store_.call<&StoreActor::set>(key, std::move(value)).get(std::chrono::seconds(30));
-    return {};
-  } catch (const std::exception& e) {
-    return Error(Code::kUnavailable, std::string("rendezvous store: ") + e.what());
-  }
-}
-
-Result<std::string> ActorStore::get(const std::string& key, std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  auto pause = std::chrono::microseconds(200);
-  for (;;) {
-    try {
-      auto v = store_.call<&StoreActor::get>(key).get(std::chrono::seconds(30));
-      if (v) return std::move(*v);
-    } catch (const std::exception& e) {
-      return Error(Code::kUnavailable, std::string("rendezvous store: ") + e.what());
-    }
-    if (abandoned_) {
-      if (auto why = abandoned_()) return Error(Code::kAborted, "rendezvous abandoned waiting for '" + key + "': " + *why);
-    }
-    if (Clock::now() >= deadline) {
-      return Error(Code::kDeadlineExceeded,
-                   "rendezvous: no '" + key + "' after " + std::to_string(timeout.count()) + " ms");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));  // a quorum forms as its last member arrives
-  }
-}
-
-// --- the state server ---------------------------------------------------------------------------
-// A replica's snapshots go into one buffer, kept for the replica's life: its pages stay touched.
-// A snapshot's chunks are views that lease the buffer; the next snapshot waits until every view
-// of the last one is dropped (sent and acknowledged), or takes a new buffer if they are not.
-struct StateServer::Shared {
-  std::mutex mu;
-  std::condition_variable released;
-  std::uint64_t step = 0;                       // of the snapshot
-  std::shared_ptr<std::string> buffer;          // the snapshot's bytes: ReplicaCore::save()
-  std::uint64_t data_at = 0;                    // where the header ends
-  std::shared_ptr<const void> lease;            // of the snapshot served; null when none
-  std::shared_ptr<std::string> leased;          // the buffer some view may still read
-  std::uint64_t chunk_bytes = 0;
-  // A snapshot of a model on the CPU is served live: straight from the replica's tensors, which
-  // nothing writes until its next commit, which ends it (end_live): the chunks that not every
-  // healer has fetched are copied first, and the commit waits until no view of the tensors is
-  // left in a send queue. Usually the transfer is over before the step is computed, and nothing
-  // is copied at all. (A snapshot of a model on a GPU is copied into `buffer` at once.)
-  const ReplicaCore* live = nullptr;
-  std::uint64_t bytes = 0;                      // of the snapshot's data
-  std::size_t healers = 0;                      // who fetch every chunk of it
-  std::vector<std::size_t> fetched;             // per chunk, while live
-  std::size_t live_views = 0;                   // views of the tensors not yet dropped
-  std::map<std::uint64_t, wire::Part> copies;   // chunks copied when it stopped being live
-  bool logging = false;
-  std::map<std::uint64_t, std::pair<wire::Part, std::uint64_t>> log;  // committed step -> (sum, members)
-};
-
-wire::Part StateServer::chunk(std::uint64_t step, std::uint64_t index) {
-  std::lock_guard lock(shared_->mu);
-  auto& sh = *shared_;
-  if (sh.step != step || !(sh.lease || sh.live || !sh.copies.empty())) {
-    throw std::runtime_error("no snapshot of step " + std::to_string(step) + " here");
-  }
-  if (sh.live || !sh.copies.empty()) {
-    std::uint64_t at = index * sh.chunk_bytes;
-    if (at >= sh.bytes && !(at == 0 && sh.bytes == 0)) throw std::out_of_range("chunk " + std::to_string(index));
-    auto n = std::min<std::uint64_t>(sh.chunk_bytes, sh.bytes - at);
-    if (!sh.live) {
-      auto it = sh.copies.find(index);
-      if (it == sh.copies.end()) throw std::runtime_error("chunk " + std::to_string(index) + " of step " + std::to_string(step) + " was fetched by every healer");
-      return it->second;
-    }
-    ++sh.fetched[index];
-    if (auto v = sh.live->live_view(at, n); !v.empty()) {
-      ++sh.live_views;
-      std::weak_ptr<Shared> weak = shared_;
-      return wire::Part::view(v.data(), v.size(), std::shared_ptr<const void>(v.data(), [weak](const void*) {
-        if (auto s = weak.lock()) {
-          std::lock_guard l(s->mu);
-          --s->live_views;
-          s->released.notify_all();
-        }
-      }));
-    }
-    auto part = wire::Part::allocate(n);  // across two tensors
-    sh.live->copy_live(at, part.mutable_data(), n);
-    return part;
-  }
-  auto& b = *shared_->buffer;
-  std::uint64_t size = b.size() - shared_->data_at;
-  std::uint64_t at = index * shared_->chunk_bytes;
-  if (at >= size && !(at == 0 && size == 0)) throw std::out_of_range("chunk " + std::to_string(index));
-  auto n = std::min<std::uint64_t>(shared_->chunk_bytes, size - at);
-  return wire::Part::view(b.data() + shared_->data_at + at, n, shared_->lease);
-}
-
-std::pair<wire::Part, std::uint64_t> StateServer::logged(std::uint64_t step) {
-  std::lock_guard lock(shared_->mu);
-  auto it = shared_->log.find(step);
-  if (it == shared_->log.end()) throw std::runtime_error("no logged gradient of step " + std::to_string(step));
-  return it->second;
-}
-
-void StateServer::forget(std::uint64_t step) {
-  std::vector<wire::Part> dropped;  // released after the lock: a buffer's return to its pool takes another
-  std::lock_guard lock(shared_->mu);
-  for (auto it = shared_->log.begin(); it != shared_->log.end() && it->first <= step; it = shared_->log.erase(it))
-    dropped.push_back(std::move(it->second.first));
-}
-
-// --- the checkpoint writer ----------------------------------------------------------------------
-struct CheckpointWriter::Shared {
-  std::mutex mu;
-  CheckpointPlan plan;
-  std::vector<TensorBytes> tensors;  // captured, not yet written
-  bool captured = false;
-};
-
-ShardWritten CheckpointWriter::write(std::uint64_t step) {
-  CheckpointPlan plan;
-  std::vector<TensorBytes> tensors;
-  {
-    std::lock_guard lock(shared_->mu);
-    if (!shared_->captured || shared_->plan.step != step) {
-      return ShardWritten{false, "no captured shard of step " + std::to_string(step) + " here", {}, 0};
-    }
-    plan = shared_->plan;
-    tensors = std::move(shared_->tensors);
-    shared_->tensors.clear();
-    shared_->captured = false;
-  }
-  auto t0 = Clock::now();
-  auto r = write_shard(plan.dir, shard_name(plan.shard, plan.shards), tensors,
-                       {{"format", "sceptre-checkpoint"}, {"step", std::to_string(plan.step)}});
-  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!r) return ShardWritten{false, r.error().to_string(), {}, seconds};
-  return ShardWritten{true, "", *r, seconds};
-}
 
 // --- the replica --------------------------------------------------------------------------------
 struct Replica::Impl {
@@ -440,31 +122,7 @@ struct Replica::Impl {
     Collectives::of_this_proc().set(job, 0, nullptr);
   }
 
-  // Ends the live serving of a snapshot (see StateServer::Shared) before the state changes: the
-  // chunks not every healer has fetched are copied, then it waits until no view of the tensors
-  // is left in a send queue. A send that is stuck (its channel neither delivers nor fails it
-  // within step_timeout) is left to it, and the snapshot is withdrawn: its healers' other
-  // fetches fail, and they are replaced.
-  void end_live() {
-    auto& sh = *shared;
-    std::unique_lock lock(sh.mu);
-    if (!sh.live) return;
-    for (std::size_t i = 0; i < sh.fetched.size(); ++i) {
-      if (sh.fetched[i] >= sh.healers) continue;
-      std::uint64_t at = i * sh.chunk_bytes;
-      auto n = std::min<std::uint64_t>(sh.chunk_bytes, sh.bytes - at);
-      auto part = wire::Part::allocate(n);
-      core.copy_live(at, part.mutable_data(), n);
-      sh.copies.emplace(i, std::move(part));
-    }
-    sh.live = nullptr;
-    sh.fetched.clear();
-    if (!sh.released.wait_for(lock, options.step_timeout, [&] { return sh.live_views == 0; })) {
-      sh.copies.clear();
-      log().warn("replica: {} views of the state were still being sent after {} ms; the snapshot of step {} is withdrawn",
-                       sh.live_views, options.step_timeout.count(), sh.step);
-    }
-  }
+  void end_live() { shared->end_live(options.step_timeout); }
 
   // Sums the kept gradient over the quorum, where the model is.
   Status allreduce() {
@@ -778,13 +436,6 @@ Restored Replica::restore(std::string dir, Manifest manifest) {
   m.pending = {};
   m.drop_comm();
   return Restored{true, "", m.core.step(), m.core.digest()};
-}
-
-// --- aborting a collective from the controller -----------------------------------------------------
-CollectiveAbort::CollectiveAbort(ActorRef<StoreActor> store) : job_(store.id().to_string()) {}
-
-void CollectiveAbort::abort(std::uint64_t quorum, std::string why, std::optional<Regroup> next) {
-  Collectives::of_this_proc().abort(job_, quorum, why, next);
 }
 
 }  // namespace sceptre::train

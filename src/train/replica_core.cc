@@ -11,6 +11,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "train/buffers.h"
+
 namespace sceptre::train {
 
 namespace {
@@ -438,9 +440,10 @@ void ReplicaCore::load_end() {
 }
 
 namespace {
+// (In memory that the checkpoint writer's write() reads fast: see io_copy.)
 std::string bytes_of(const torch::Tensor& t) {
   auto c = t.contiguous().cpu();
-  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.nbytes()));
+  return io_copy(c.data_ptr(), static_cast<std::size_t>(c.nbytes()));
 }
 }  // namespace
 

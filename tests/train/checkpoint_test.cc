@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sceptre/train/replica_core.h"
+#include "train/buffers.h"
 
 namespace sceptre::train {
 namespace {
@@ -229,6 +230,21 @@ TEST(Checkpoint, AFullDiskFailsTheWriteAndLeavesTheOldCheckpointWhole) {
   auto found = find_checkpoints(tmp.path, nullptr);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_TRUE(load_checkpoint(found[0]).ok());
+}
+
+// A captured tensor's copy (in huge pages where it is large and the machine allows them) holds
+// exactly its bytes, whatever its size and wherever its allocation falls.
+TEST(Checkpoint, ACaptureCopyHoldsExactlyItsBytes) {
+  std::string source(9u * 1024 * 1024 + 123, '\0');
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<char>((i * 2654435761u) >> 13);
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4u << 20} - 1, std::size_t{4u << 20},
+                           source.size() - 7}) {
+    for (std::size_t at : {std::size_t{0}, std::size_t{7}}) {
+      std::string copy = io_copy(source.data() + at, size);
+      ASSERT_EQ(copy.size(), size);
+      EXPECT_EQ(std::memcmp(copy.data(), source.data() + at, size), 0) << size << " bytes from " << at;
+    }
+  }
 }
 
 TEST(ReplicaCore, TensorsRoundTripThroughShardsAndRefuseAnotherModel) {
