@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -64,7 +64,10 @@ void warm(void* data, std::size_t size) {
 std::string io_copy(const void* data, std::size_t size) {
   constexpr std::uintptr_t kHuge = 2u << 20;
   std::string s;
-  s.reserve(size);  // not touched yet (a large allocation is a mapping of its own), but its header
+  // Advised before it is filled: pages the allocator maps afresh are then faulted in as huge
+  // pages. A span it reuses (tcmalloc's) may already be in 4 KiB pages; there the advice only
+  // lets khugepaged merge them later.
+  s.reserve(size);
   if (size >= 2 * kHuge) {
     auto at = reinterpret_cast<std::uintptr_t>(s.data());
     std::uintptr_t from = (at + kHuge - 1) & ~(kHuge - 1), to = (at + size) & ~(kHuge - 1);
