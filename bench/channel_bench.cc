@@ -1,15 +1,17 @@
 // Channel benchmark: sceptre's unix and tcp channels beside the floor (plain blocking sockets
-// doing the same exchange) and ZeroMQ (PAIR sockets), in one run.
+// doing the same exchange) and ZeroMQ (PAIR sockets), in one run. sceptre runs twice: with its
+// I/O threads' default polling before they sleep ("sceptre") and with none ("no-poll": every
+// wait sleeps in epoll_wait, as the floor sleeps in read and ZeroMQ in its poller).
 //
 // For each transport and CPU placement (both processes on one core; on different cores), and
-// for each of --reps repetitions, the three implementations run one after another (interleaved),
+// for each of --reps repetitions, the four implementations run one after another (interleaved),
 // each as a fresh client process against a fresh server process (both forked):
 //   latency     round trips of 64 B, 4 KiB and 1 MiB (p50 and p99 per repetition, after
 //               an untimed warm-up of 10 % more round trips)
 //   throughput  one-way stream of 64 B messages (messages/s) and 1 MiB messages (GB/s),
 //               timed from the first send to the server's acknowledgement of the last.
-// The table shows medians over repetitions and the ratios sceptre/floor and sceptre/ZeroMQ
-// computed from those same-run medians.
+// The table shows medians over repetitions and the ratios sceptre/floor, sceptre/ZeroMQ and
+// no-poll/floor computed from those same-run medians.
 //
 //   channel_bench [--reps 5] [--quick]
 #include <arpa/inet.h>
@@ -28,6 +30,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -244,12 +247,15 @@ Sample run_zmq(bool tcp, int client_cpu, int server_cpu) {
 // --- sceptre channels ------------------------------------------------------------------------
 
 
-Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
+// `poll`: how long each side's I/O thread polls before it sleeps (ContextOptions); the
+// "sceptre" column runs the default, the "no poll" column zero (every wait sleeps in epoll).
+Sample run_sceptre_with(bool tcp, int client_cpu, int server_cpu, std::optional<std::chrono::microseconds> poll) {
   using namespace sceptre::channel;
+  ContextOptions io{poll};
   ChannelOptions options;
   options.secret = "bench-secret";
   auto [pid, addr] = fork_server(server_cpu, [&](const auto& report) {
-    Context ctx;
+    Context ctx(io);
     std::unique_ptr<Tx> back;
     std::uint64_t expect = 0;  // throughput mode: messages to count before acknowledging
     auto rx = serve(ctx, *ChannelAddr::parse(tcp ? "tcp:127.0.0.1:0" : "unix:@sceptre-bench-" + std::to_string(::getpid())),
@@ -274,7 +280,7 @@ Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
   pin(client_cpu);
   Sample s;
   {
-    Context ctx;
+    Context ctx(io);
     Part large = Part::copy_of(std::string(1 << 20, 'x'));
     std::mutex mu;
     std::function<void(Message)> on_reply;
@@ -338,6 +344,13 @@ Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
   return s;
 }
 
+Sample run_sceptre(bool tcp, int client_cpu, int server_cpu) {
+  return run_sceptre_with(tcp, client_cpu, server_cpu, std::nullopt);
+}
+Sample run_sceptre_no_poll(bool tcp, int client_cpu, int server_cpu) {
+  return run_sceptre_with(tcp, client_cpu, server_cpu, std::chrono::microseconds(0));
+}
+
 // A Sample as bench::in_child carries it back through its pipe.
 struct FlatSample {
   double latency[3][2];
@@ -385,12 +398,11 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "fewer iterations (a smoke run, not for reporting)");
   std::string only;
   app.add_option("--only", only, "run one implementation (for profiling)")
-      ->check(CLI::IsMember({"floor", "zeromq", "sceptre"}));
+      ->check(CLI::IsMember({"floor", "zeromq", "sceptre", "no-poll"}));
   CLI11_PARSE(app, argc, argv);
   if (quick) params = Params{200, 20, 20000, 40};
   if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) std::fprintf(stderr, "warning: fewer than 2 CPUs\n");
 
-  const char* impls[] = {"floor", "zeromq", "sceptre"};
   std::printf("channel_bench: %d repetitions, medians over repetitions; ratios from same-run medians\n", reps);
   std::printf("latency: round trip, p50/p99 in us; throughput: one-way, 64 B in M msg/s, 1 MiB in GB/s\n\n");
   for (bool tcp : {false, true}) {
@@ -398,7 +410,8 @@ int main(int argc, char** argv) {
       std::map<std::string, std::vector<Sample>> samples;
       for (int r = 0; r < reps; ++r) {
         for (auto [name, run] : {std::pair<const char*, Sample (*)(bool, int, int)>{"floor", run_floor},
-                                 {"zeromq", run_zmq}, {"sceptre", run_sceptre}}) {
+                                 {"zeromq", run_zmq}, {"sceptre", run_sceptre},
+                                 {"no-poll", run_sceptre_no_poll}}) {
           if (only.empty() || only == name) {
             samples[name].push_back(run_in_child([&, run = run] { return run(tcp, 0, server_cpu); }));
           }
@@ -423,11 +436,13 @@ int main(int argc, char** argv) {
         return median(v);
       };
       std::printf("== %s, %s ==\n", tcp ? "tcp" : "unix", placement);
-      std::printf("%-22s %12s %12s %12s %10s %10s\n", "measure", "floor", "zeromq", "sceptre", "/floor", "/zeromq");
+      std::printf("%-22s %10s %10s %10s %10s %9s %9s %9s\n", "measure", "floor", "zeromq", "sceptre",
+                  "no-poll", "/floor", "/zeromq", "np/floor");
       auto row = [&](const std::string& name, auto get, int digits) {
-        double f = med("floor", get), z = med("zeromq", get), sc = med("sceptre", get);
-        std::printf("%-22s %12.*f %12.*f %12.*f %9.2fx %9.2fx\n", name.c_str(), digits, f, digits, z,
-                    digits, sc, sc / f, sc / z);
+        double f = med("floor", get), z = med("zeromq", get), sc = med("sceptre", get),
+               np = med("no-poll", get);
+        std::printf("%-22s %10.*f %10.*f %10.*f %10.*f %8.2fx %8.2fx %8.2fx\n", name.c_str(), digits, f,
+                    digits, z, digits, sc, digits, np, sc / f, sc / z, np / f);
       };
       for (std::size_t size : kLatencySizes) {
         row("rtt p50 " + human_size(size) + " (us)", [size](const Sample& s) { return s.latency_us.at(size).first; }, 1);
@@ -439,6 +454,5 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  (void)impls;
   return 0;
 }

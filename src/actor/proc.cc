@@ -38,7 +38,8 @@ void bind_proc_thread(Proc* proc) { tl_proc = proc; }
 
 // --- Impl: construction, routing ---------------------------------------------------------------
 
-Proc::Impl::Impl(Proc& self_, ProcOptions options_) : self(self_), options(std::move(options_)) {}
+Proc::Impl::Impl(Proc& self_, ProcOptions options_)
+    : self(self_), options(std::move(options_)), ctx(options.io) {}
 
 void Proc::Impl::start() {
   // The I/O thread learns its proc before the first message can arrive (and after Proc::impl_

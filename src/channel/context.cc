@@ -1,15 +1,38 @@
 #include "sceptre/channel/context.h"
 
+#include <sched.h>
+
+#include <cstdlib>
+#include <string>
+
 #include "channel/context_impl.h"
 #include "core/log.h"
 
 namespace sceptre::channel {
 
-Context::Impl::Impl() {
+namespace {
+
+std::chrono::microseconds resolve_poll(const ContextOptions& options) {
+  if (options.poll_before_sleep) return std::max(*options.poll_before_sleep, {});
+  const char* env = std::getenv("SCEPTRE_IO_POLL_US");
+  if (env == nullptr || *env == '\0') return ContextOptions::kDefaultPoll;
+  char* end = nullptr;
+  long long us = std::strtoll(env, &end, 10);
+  if (*end != '\0' || us < 0) {
+    log().warn("SCEPTRE_IO_POLL_US={} is not a count of microseconds; polling {} us", env,
+               ContextOptions::kDefaultPoll.count());
+    return ContextOptions::kDefaultPoll;
+  }
+  return std::chrono::microseconds(us);
+}
+
+}  // namespace
+
+Context::Impl::Impl(std::chrono::microseconds poll) : poll(poll) {
   thread = std::thread([this] {
     for (;;) {
       try {
-        io.run();
+        run();
         return;
       } catch (const std::exception& e) {
         // A handler threw: a bug in the runtime or in a user handler. Log it and keep the
@@ -20,15 +43,40 @@ Context::Impl::Impl() {
   });
 }
 
+void Context::Impl::run() {
+  using Clock = std::chrono::steady_clock;
+  if (poll.count() == 0) {
+    io.run();
+    return;
+  }
+  while (!io.stopped()) {
+    // Sleeps until something is ready and handles it (returns 0 only once stopped).
+    if (io.run_one() == 0) return;
+    Clock::time_point until = Clock::now() + poll;
+    while (!io.stopped()) {
+      if (io.poll() > 0) {
+        until = Clock::now() + poll;
+      } else if (Clock::now() >= until) {
+        break;
+      } else {
+        ::sched_yield();  // whatever else wants this core runs first
+      }
+    }
+  }
+}
+
 Context::Impl::~Impl() {
   work.reset();
   io.stop();
   if (thread.joinable()) thread.join();
 }
 
-Context::Context() : impl_(std::make_unique<Impl>()) {}
+Context::Context(ContextOptions options)
+    : impl_(std::make_unique<Impl>(resolve_poll(options))) {}
 Context::~Context() = default;
 
 bool Context::in_io_thread() const { return impl_->io.get_executor().running_in_this_thread(); }
+
+std::chrono::microseconds Context::poll_before_sleep() const { return impl_->poll; }
 
 }  // namespace sceptre::channel

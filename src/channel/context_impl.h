@@ -3,6 +3,7 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <thread>
 
 #include "sceptre/channel/context.h"
@@ -10,13 +11,17 @@
 namespace sceptre::channel {
 
 struct Context::Impl {
-  Impl();
+  explicit Impl(std::chrono::microseconds poll);
   ~Impl();
 
   // Runs `fn` on the I/O thread and waits for it; runs it inline when already there.
   template <class Fn>
   void run_sync(Fn&& fn);
 
+  // The thread's loop: handle what is ready, poll for `poll`, then sleep until an event.
+  void run();
+
+  const std::chrono::microseconds poll;
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   std::thread thread;

@@ -3,16 +3,27 @@
 
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "channel/test_util.h"
 
 namespace sceptre::channel::testing {
 namespace {
 
-class Conformance : public ::testing::TestWithParam<Transport> {
+// Each transport runs with I/O threads that poll before they sleep (the default) and with
+// threads that sleep at once: the two ways an event reaches a handler.
+enum class Waiting { kPolls, kSleeps };
+
+class Conformance : public ::testing::TestWithParam<std::tuple<Transport, Waiting>> {
  protected:
-  ChannelAddr addr() { return fresh_addr(GetParam()); }
-  Context ctx_;
+  ChannelAddr addr() { return fresh_addr(std::get<0>(GetParam())); }
+  static ContextOptions io_options() {
+    if (std::get<1>(GetParam()) == Waiting::kSleeps) {
+      return ContextOptions{std::chrono::microseconds(0)};
+    }
+    return ContextOptions{ContextOptions::kDefaultPoll};
+  }
+  Context ctx_{io_options()};
 };
 
 // Collects messages delivered to a handler, thread-safely.
@@ -87,7 +98,7 @@ TEST_P(Conformance, ManySendersKeepTheirOwnOrderThroughAHandler) {
   std::vector<std::thread> threads;
   for (std::uint32_t s = 0; s < kSenders; ++s) {
     threads.emplace_back([&, s] {
-      Context own;  // senders on their own I/O threads too
+      Context own(io_options());  // senders on their own I/O threads too
       auto tx = dial(s % 2 ? own : ctx_, (*rx)->address(), fast_options());
       ASSERT_TRUE(tx.ok());
       for (std::uint64_t i = 0; i < kCount; ++i) {
@@ -269,9 +280,14 @@ TEST_P(Conformance, MissingSecretIsAClearError) {
   EXPECT_NE(rx.error().message().find("SCEPTRE_SECRET"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
-                         ::testing::Values(Transport::kLocal, Transport::kUnix, Transport::kTcp),
-                         [](const auto& info) { return std::string(transport_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Transports, Conformance,
+    ::testing::Combine(::testing::Values(Transport::kLocal, Transport::kUnix, Transport::kTcp),
+                       ::testing::Values(Waiting::kPolls, Waiting::kSleeps)),
+    [](const auto& info) {
+      return std::string(transport_name(std::get<0>(info.param))) +
+             (std::get<1>(info.param) == Waiting::kPolls ? "_polls" : "_sleeps");
+    });
 
 }  // namespace
 }  // namespace sceptre::channel::testing

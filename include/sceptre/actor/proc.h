@@ -29,6 +29,7 @@
 #include "sceptre/actor/actor_ref.h"
 #include "sceptre/actor/endpoint.h"
 #include "sceptre/actor/future.h"
+#include "sceptre/channel/context.h"
 #include "sceptre/channel/options.h"
 #include "sceptre/core/ids.h"
 
@@ -40,6 +41,8 @@ struct ProcOptions {
   std::string listen;
   // Secret (empty: SCEPTRE_SECRET), limits, timeouts of every channel the proc opens.
   channel::ChannelOptions channel;
+  // The proc's I/O thread: how long it polls before it sleeps (see channel/context.h).
+  channel::ContextOptions io;
   // How long a send from a non-I/O thread waits for room in a full channel queue.
   std::chrono::milliseconds send_wait{30'000};
   // Graceful stop before it is forced, for each actor at shutdown.
