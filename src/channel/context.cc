@@ -43,19 +43,37 @@ Context::Impl::Impl(std::chrono::microseconds poll) : poll(poll) {
   });
 }
 
+// Polls adaptively, as KVM polls before it halts a vCPU: each time polling ends without an
+// event the thread sleeps, and how long it slept decides the next window. A sleep longer than
+// the largest window means polling would not have helped: the window halves (to zero below
+// kGrowStart). A shorter sleep means a longer window would have caught the event: the window
+// doubles (from kGrowStart), up to `poll`. A message stream or a ping-pong keeps its window;
+// a thread whose events are rare (a trainer's, between steps) stops polling and so does not
+// take CPU time from the work beside it.
 void Context::Impl::run() {
   using Clock = std::chrono::steady_clock;
   if (poll.count() == 0) {
     io.run();
     return;
   }
+  const std::chrono::microseconds grow_start = std::max(poll / 8, std::chrono::microseconds(1));
+  std::chrono::microseconds window = poll;
   while (!io.stopped()) {
     // Sleeps until something is ready and handles it (returns 0 only once stopped).
+    Clock::time_point slept_from = Clock::now();
     if (io.run_one() == 0) return;
-    Clock::time_point until = Clock::now() + poll;
+    Clock::time_point now = Clock::now();
+    if (now - slept_from > poll) {
+      window /= 2;
+      if (window < grow_start) window = {};
+    } else {
+      window = std::min(poll, std::max(grow_start, window * 2));
+    }
+    if (window.count() == 0) continue;
+    Clock::time_point until = now + window;
     while (!io.stopped()) {
       if (io.poll() > 0) {
-        until = Clock::now() + poll;
+        until = Clock::now() + window;
       } else if (Clock::now() >= until) {
         break;
       } else {

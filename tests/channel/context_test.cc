@@ -85,5 +85,18 @@ TEST(Context, AnIdleIoThreadSleepsAfterItsPollingWindow) {
   }
 }
 
+TEST(Context, RareEventsStopThePolling) {
+  // Events every 10 ms and a 5 ms window: polling after each would use half of the thread's
+  // second; the window halves after every sleep longer than 5 ms, so it soon stops polling.
+  Context ctx(ContextOptions{5'000us});
+  auto before = io_thread_cpu(ctx);
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(10ms);
+    asio::post(ctx.impl().io, [] {});
+  }
+  auto used = io_thread_cpu(ctx) - before;
+  EXPECT_LT(used, 100ms);
+}
+
 }  // namespace
 }  // namespace sceptre::channel
