@@ -2,11 +2,9 @@
 
 #include <sched.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "channel/context_impl.h"
 #include "core/log.h"
+#include "sceptre/core/config.h"
 
 namespace sceptre::channel {
 
@@ -14,16 +12,13 @@ namespace {
 
 std::chrono::microseconds resolve_poll(const ContextOptions& options) {
   if (options.poll_before_sleep) return std::max(*options.poll_before_sleep, {});
-  const char* env = std::getenv("SCEPTRE_IO_POLL_US");
-  if (env == nullptr || *env == '\0') return ContextOptions::kDefaultPoll;
-  char* end = nullptr;
-  long long us = std::strtoll(env, &end, 10);
-  if (*end != '\0' || us < 0) {
-    log().warn("SCEPTRE_IO_POLL_US={} is not a count of microseconds; polling {} us", env,
+  auto config = Config::load();
+  if (!config.ok()) {
+    log().warn("channel I/O thread: {}; polling {} us", config.error().to_string(),
                ContextOptions::kDefaultPoll.count());
     return ContextOptions::kDefaultPoll;
   }
-  return std::chrono::microseconds(us);
+  return std::chrono::microseconds(config->io_poll_us);
 }
 
 }  // namespace

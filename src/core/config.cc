@@ -237,6 +237,12 @@ const std::vector<Field>& fields() {
             "How often a host polls the health of the GPUs its procs are bound to (NVML, ROCm SMI): "
             "a proc whose GPU reports uncorrectable ECC errors, retired pages, loss from the bus or "
             "lasting hardware throttling is killed and its failure says why. 0: never."),
+      field("io_poll_us", &Config::io_poll_us, SizeKind{0},
+            "The longest a channel I/O thread (every proc has one) polls its sockets for the next "
+            "event before it sleeps, in microseconds, yielding the CPU between polls. A message "
+            "that arrives meanwhile needs no wake-up, which across cores costs tens of "
+            "microseconds on a VM. The window shrinks to nothing while events are further apart "
+            "than this and grows back while they come closer. 0: always sleep at once."),
       field("proc_zygote", &Config::proc_zygote, BoolKind{},
             "Start procs by forking them from a zygote: a process of the binary, started once per "
             "host, that waits inside the Runtime's constructor. A proc then starts in milliseconds "

@@ -44,6 +44,7 @@ ProcOptions proc_options(const Config& config, std::string listen_host) {
     o.listen = "tcp:127.0.0.1:0";
   }
   o.stop_timeout = config.stop_timeout;
+  o.io.poll_before_sleep = std::chrono::microseconds(config.io_poll_us);
   return o;
 }
 

@@ -10,6 +10,7 @@
 
 #include "channel/context_impl.h"
 #include "sceptre/channel/context.h"
+#include "sceptre/core/config.h"
 
 namespace sceptre::channel {
 namespace {
@@ -50,6 +51,9 @@ TEST(Context, ThePollingWindowComesFromOptionsThenEnvironmentThenDefault) {
   {
     ScopedEnv env("SCEPTRE_IO_POLL_US", nullptr);
     EXPECT_EQ(Context().poll_before_sleep(), ContextOptions::kDefaultPoll);
+    EXPECT_EQ(ContextOptions::kDefaultPoll.count(), Config().io_poll_us);
+    ScopedEnv config("SCEPTRE_CONFIG", R"({"io_poll_us": 9})");  // as a controller hands it on
+    EXPECT_EQ(Context().poll_before_sleep(), 9us);
   }
   for (const char* bad : {"fast", "-5", "12us"}) {
     ScopedEnv env("SCEPTRE_IO_POLL_US", bad);

@@ -38,6 +38,7 @@ Config all_changed() {
   c.watchdog_timeout = milliseconds(0);
   c.orphan_timeout = milliseconds(90'000);
   c.gpu_health_interval = milliseconds(250);
+  c.io_poll_us = 0;
   c.proc_zygote = false;
   return c;
 }
@@ -79,7 +80,7 @@ TEST(Config, ToJsonRoundTripsEveryField) {
             R"({"cast_fanout":16,"cast_root_fanout":1,"spawn_timeout":"30s","stop_timeout":"5s","transport":"unix",)"
             R"("log_fold":true,"log_fold_window":"100ms","stderr_tail_lines":20,"log_level":"info",)"
             R"("heartbeat_interval":"100ms","heartbeat_timeout":"800ms","watchdog_timeout":"5m",)"
-            R"("orphan_timeout":"1m","gpu_health_interval":"1s","proc_zygote":true})");
+            R"("orphan_timeout":"1m","gpu_health_interval":"1s","io_poll_us":50,"proc_zygote":true})");
 }
 
 TEST(Config, FromJsonChangesOnlyThePresentKeys) {

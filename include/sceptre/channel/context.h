@@ -20,8 +20,9 @@
 namespace sceptre::channel {
 
 struct ContextOptions {
-  // How long the I/O thread polls after its last event before it sleeps; zero sleeps at once.
-  // Unset: the environment's SCEPTRE_IO_POLL_US (microseconds) if set, else kDefaultPoll.
+  // The longest the I/O thread polls after an event before it sleeps; zero sleeps at once.
+  // Unset: Config::load()'s io_poll_us (SCEPTRE_IO_POLL_US, or SCEPTRE_CONFIG as a controller
+  // hands it to its procs; 50 by default), or kDefaultPoll if the configuration is bad.
   std::optional<std::chrono::microseconds> poll_before_sleep;
   static constexpr std::chrono::microseconds kDefaultPoll{50};
 };

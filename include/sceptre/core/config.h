@@ -41,6 +41,7 @@ struct Config {
   std::chrono::milliseconds watchdog_timeout{300'000};  // a handler running longer is reported (0: never)
   std::chrono::milliseconds orphan_timeout{60'000};   // a proc that cannot reach its controller this long stops (0: never)
   std::chrono::milliseconds gpu_health_interval{1'000};  // how often hosts poll their GPUs' health (0: never)
+  std::size_t io_poll_us = 50;  // how long an I/O thread polls before it sleeps, in us (0: never)
   bool proc_zygote = true;  // fork procs from a zygote of the binary, not execute it afresh for each
 
   // Overlays a JSON object on `base`: only the keys present change. Unknown keys, wrong types and
