@@ -90,12 +90,13 @@ TEST(Context, AnIdleIoThreadSleepsAfterItsPollingWindow) {
 }
 
 TEST(Context, RareEventsStopThePolling) {
-  // Events every 10 ms and a 5 ms window: polling after each would use half of the thread's
-  // second; the window halves after every sleep longer than 5 ms, so it soon stops polling.
+  // Events every 20 ms and a 5 ms window: polling after each would use a quarter of the
+  // thread's second; each sleep (about 15 ms, far above the window even on a loaded machine)
+  // halves the window, so the thread soon stops polling.
   Context ctx(ContextOptions{5'000us});
   auto before = io_thread_cpu(ctx);
-  for (int i = 0; i < 100; ++i) {
-    std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(20ms);
     asio::post(ctx.impl().io, [] {});
   }
   auto used = io_thread_cpu(ctx) - before;
