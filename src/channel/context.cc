@@ -14,9 +14,8 @@ std::chrono::microseconds resolve_poll(const ContextOptions& options) {
   if (options.poll_before_sleep) return std::max(*options.poll_before_sleep, {});
   auto config = Config::load();
   if (!config.ok()) {
-    log().warn("channel I/O thread: {}; polling {} us", config.error().to_string(),
-               ContextOptions::kDefaultPoll.count());
-    return ContextOptions::kDefaultPoll;
+    log().warn("channel I/O thread: {}; polling {} us", config.error().to_string(), Config().io_poll_us);
+    return std::chrono::microseconds(Config().io_poll_us);
   }
   return std::chrono::microseconds(config->io_poll_us);
 }
@@ -41,8 +40,8 @@ Context::Impl::Impl(std::chrono::microseconds poll) : poll(poll) {
 // Polls adaptively, as KVM polls before it halts a vCPU: each time polling ends without an
 // event the thread sleeps, and how long it slept decides the next window. A sleep longer than
 // the largest window means polling would not have helped: the window halves (to zero below
-// kGrowStart). A shorter sleep means a longer window would have caught the event: the window
-// doubles (from kGrowStart), up to `poll`. A message stream or a ping-pong keeps its window;
+// grow_start). A shorter sleep means a longer window would have caught the event: the window
+// doubles (from grow_start), up to `poll`. A message stream or a ping-pong keeps its window;
 // a thread whose events are rare (a trainer's, between steps) stops polling and so does not
 // take CPU time from the work beside it.
 void Context::Impl::run() {

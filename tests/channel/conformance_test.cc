@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "channel/test_util.h"
+#include "sceptre/core/config.h"
 
 namespace sceptre::channel::testing {
 namespace {
@@ -21,7 +22,7 @@ class Conformance : public ::testing::TestWithParam<std::tuple<Transport, Waitin
     if (std::get<1>(GetParam()) == Waiting::kSleeps) {
       return ContextOptions{std::chrono::microseconds(0)};
     }
-    return ContextOptions{ContextOptions::kDefaultPoll};
+    return ContextOptions{std::chrono::microseconds(Config().io_poll_us)};
   }
   Context ctx_{io_options()};
 };

@@ -17,6 +17,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+const std::chrono::microseconds kConfigDefault(Config().io_poll_us);
+
 // Sets (or unsets, for nullptr) an environment variable for one scope.
 class ScopedEnv {
  public:
@@ -50,14 +52,13 @@ TEST(Context, ThePollingWindowComesFromOptionsThenEnvironmentThenDefault) {
   }
   {
     ScopedEnv env("SCEPTRE_IO_POLL_US", nullptr);
-    EXPECT_EQ(Context().poll_before_sleep(), ContextOptions::kDefaultPoll);
-    EXPECT_EQ(ContextOptions::kDefaultPoll.count(), Config().io_poll_us);
+    EXPECT_EQ(Context().poll_before_sleep(), kConfigDefault);
     ScopedEnv config("SCEPTRE_CONFIG", R"({"io_poll_us": 9})");  // as a controller hands it on
     EXPECT_EQ(Context().poll_before_sleep(), 9us);
   }
   for (const char* bad : {"fast", "-5", "12us"}) {
     ScopedEnv env("SCEPTRE_IO_POLL_US", bad);
-    EXPECT_EQ(Context().poll_before_sleep(), ContextOptions::kDefaultPoll) << bad;
+    EXPECT_EQ(Context().poll_before_sleep(), kConfigDefault) << bad;
   }
   EXPECT_EQ(Context(ContextOptions{-3us}).poll_before_sleep(), 0us);
 }

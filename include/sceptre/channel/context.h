@@ -22,9 +22,8 @@ namespace sceptre::channel {
 struct ContextOptions {
   // The longest the I/O thread polls after an event before it sleeps; zero sleeps at once.
   // Unset: Config::load()'s io_poll_us (SCEPTRE_IO_POLL_US, or SCEPTRE_CONFIG as a controller
-  // hands it to its procs; 50 by default), or kDefaultPoll if the configuration is bad.
+  // hands it to its procs), or Config's default if the configuration is bad.
   std::optional<std::chrono::microseconds> poll_before_sleep;
-  static constexpr std::chrono::microseconds kDefaultPoll{50};
 };
 
 class Context {
@@ -36,7 +35,7 @@ class Context {
 
   // True when called from this Context's I/O thread.
   bool in_io_thread() const;
-  // The polling window this Context resolved from its options and the environment.
+  // The polling window this Context resolved from its options and the configuration.
   std::chrono::microseconds poll_before_sleep() const;
 
   struct Impl;
